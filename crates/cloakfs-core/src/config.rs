@@ -1,0 +1,612 @@
+//! The volume config (`cloakfs.conf`): volume parameters, key slots, and a MAC over both.
+//!
+//! On disk it is JSON whose leaves are all strings (numbers in decimal, bytes in base64url), so
+//! that its canonical form is simple: see [`VolumeConfig::canonical`] and docs/FORMAT.md. The MAC
+//! is HMAC-SHA256 under a subkey of the master key, so any change to a parameter, a flag or a
+//! slot is detected once the volume is unlocked, whichever slot unlocked it.
+
+use crate::content::ContentSuite;
+use crate::encoding::{b64, unb64_array};
+use crate::error::{Error, Result};
+use crate::kdf::{self, Argon2Params, SALT_LEN};
+use crate::keys::{label, MasterKey, KEY_LEN};
+use crate::names::{LONG_NAME_MAX_DEFAULT, LONG_NAME_MAX_MIN};
+use crate::secret::{Passphrase, SecretBytes};
+use aes_gcm::aead::{AeadInPlace, KeyInit};
+use aes_gcm::Aes256Gcm;
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::path::Path;
+
+/// File name of the config inside the cipher directory.
+pub const CONFIG_FILE: &str = "cloakfs.conf";
+/// Version of the config file layout written by this build.
+pub const CONFIG_VERSION: u64 = 1;
+/// Version of the volume format (content, names, metadata) written by this build.
+pub const FORMAT_VERSION: u64 = 1;
+/// First line of the canonical text the config MAC covers.
+pub const MAC_DOMAIN: &str = "cloakfs config v1\n";
+/// First line of the additional data of every slot's key wrap.
+pub const WRAP_DOMAIN: &str = "cloakfs slot v1\n";
+/// Largest config file this build will read (a damaged config must not exhaust memory).
+pub const CONFIG_MAX_BYTES: u64 = 1 << 20;
+
+/// A flat map of string fields, the shape of both the volume section and each slot.
+pub type Fields = BTreeMap<String, String>;
+
+/// Parameters that fix how the volume's bytes are laid out and encrypted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeParams {
+    /// Random volume ID: HKDF salt, and the root directory's ID.
+    pub volume_id: [u8; 16],
+    /// Content AEAD.
+    pub content: ContentSuite,
+    /// Plaintext bytes per content block.
+    pub block_size: u64,
+    /// Longest encrypted name stored as is; longer ones spill to long-name files.
+    pub long_name_max: usize,
+    /// Whether an all-zero block is tampering (strict) rather than a hole.
+    pub strict_holes: bool,
+}
+
+impl VolumeParams {
+    /// Defaults with a fresh random volume ID.
+    pub fn new() -> Self {
+        Self {
+            volume_id: crate::random::array(),
+            content: ContentSuite::Aes256Gcm,
+            block_size: 4096,
+            long_name_max: LONG_NAME_MAX_DEFAULT,
+            strict_holes: false,
+        }
+    }
+
+    fn to_fields(&self) -> Fields {
+        let mut f = Fields::new();
+        f.insert("format_version".into(), FORMAT_VERSION.to_string());
+        f.insert("volume_id".into(), b64(&self.volume_id));
+        f.insert("content_cipher".into(), self.content.name().into());
+        f.insert("name_cipher".into(), "aes-256-siv".into());
+        f.insert("block_size".into(), self.block_size.to_string());
+        f.insert("long_name_max".into(), self.long_name_max.to_string());
+        let holes = if self.strict_holes { "strict" } else { "sparse" };
+        f.insert("holes".into(), holes.into());
+        f
+    }
+
+    fn from_fields(f: &Fields) -> Result<Self> {
+        const KNOWN: [&str; 7] = [
+            "format_version",
+            "volume_id",
+            "content_cipher",
+            "name_cipher",
+            "block_size",
+            "long_name_max",
+            "holes",
+        ];
+        if let Some(k) = f.keys().find(|k| !KNOWN.contains(&k.as_str())) {
+            return Err(Error::ConfigDamaged(format!(
+                "unknown volume field {k:?} (made by a newer cloakfs?)"
+            )));
+        }
+        let version: u64 = parse_num(f, "format_version")?;
+        if version != FORMAT_VERSION {
+            return Err(Error::UnsupportedVersion {
+                what: "volume format",
+                found: version,
+                supported: FORMAT_VERSION,
+            });
+        }
+        let content = ContentSuite::from_name(get(f, "content_cipher")?).ok_or_else(|| {
+            Error::ConfigDamaged(format!(
+                "unknown content cipher {:?}",
+                get(f, "content_cipher").unwrap_or_default()
+            ))
+        })?;
+        if get(f, "name_cipher")? != "aes-256-siv" {
+            return Err(Error::ConfigDamaged("unknown name cipher".into()));
+        }
+        let block_size: u64 = parse_num(f, "block_size")?;
+        if !block_size.is_power_of_two() || !(512..=1 << 20).contains(&block_size) {
+            return Err(Error::ConfigDamaged(format!(
+                "block size {block_size} not supported"
+            )));
+        }
+        let long_name_max: usize = parse_num(f, "long_name_max")?;
+        if !(LONG_NAME_MAX_MIN..=LONG_NAME_MAX_DEFAULT).contains(&long_name_max) {
+            return Err(Error::ConfigDamaged(format!(
+                "long_name_max {long_name_max} out of range"
+            )));
+        }
+        let strict_holes = match get(f, "holes")? {
+            "sparse" => false,
+            "strict" => true,
+            other => return Err(Error::ConfigDamaged(format!("unknown holes mode {other:?}"))),
+        };
+        Ok(Self {
+            volume_id: parse_b64(f, "volume_id")?,
+            content,
+            block_size,
+            long_name_max,
+            strict_holes,
+        })
+    }
+}
+
+impl Default for VolumeParams {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn get<'a>(f: &'a Fields, k: &str) -> Result<&'a str> {
+    f.get(k)
+        .map(String::as_str)
+        .ok_or_else(|| Error::ConfigDamaged(format!("missing field {k:?}")))
+}
+
+fn parse_num<T: std::str::FromStr>(f: &Fields, k: &str) -> Result<T> {
+    let v = get(f, k)?;
+    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) || (v.len() > 1 && v.starts_with('0'))
+    {
+        return Err(Error::ConfigDamaged(format!("field {k:?} is not a number")));
+    }
+    v.parse()
+        .map_err(|_| Error::ConfigDamaged(format!("field {k:?} is out of range")))
+}
+
+fn parse_b64<const N: usize>(f: &Fields, k: &str) -> Result<[u8; N]> {
+    unb64_array(get(f, k)?)
+        .ok_or_else(|| Error::ConfigDamaged(format!("field {k:?} is not {N} base64url bytes")))
+}
+
+/// One key slot: the master key wrapped under a key that one kind of secret produces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeySlot {
+    fields: Fields,
+}
+
+/// Slot kind names.
+pub mod kind {
+    /// Argon2id over a passphrase.
+    pub const PASSPHRASE: &str = "passphrase";
+}
+
+impl KeySlot {
+    /// The slot's numeric ID (unique within the volume).
+    pub fn id(&self) -> u32 {
+        self.fields
+            .get("id")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// The slot's kind (`passphrase`, ...).
+    pub fn kind(&self) -> &str {
+        self.fields.get("kind").map(String::as_str).unwrap_or("")
+    }
+
+    /// The user's label for the slot (may be empty).
+    pub fn label(&self) -> &str {
+        self.fields.get("label").map(String::as_str).unwrap_or("")
+    }
+
+    /// All fields, for display of non-secret parts and for future slot kinds.
+    pub fn fields(&self) -> &Fields {
+        &self.fields
+    }
+
+    /// The Argon2id parameters of a passphrase slot.
+    pub fn argon2(&self) -> Result<Argon2Params> {
+        let p = Argon2Params {
+            memory_kib: parse_num(&self.fields, "argon2_memory_kib")?,
+            iterations: parse_num(&self.fields, "argon2_iterations")?,
+            lanes: parse_num(&self.fields, "argon2_lanes")?,
+        };
+        p.validate()?;
+        Ok(p)
+    }
+
+    /// Additional data of the key wrap: every field but `wrapped`, bound to the volume.
+    fn wrap_aad(&self, volume_id: &[u8; 16]) -> Vec<u8> {
+        let mut s = String::from(WRAP_DOMAIN);
+        s.push_str(&format!("volume_id={}\n", b64(volume_id)));
+        for (k, v) in self.fields.iter().filter(|(k, _)| *k != "wrapped") {
+            s.push_str(&format!("{k}={v}\n"));
+        }
+        s.into_bytes()
+    }
+
+    /// Wraps `mk` under `kek` into this slot's `wrapped` field: nonce(12) || ct(32) || tag(16).
+    fn wrap(&mut self, volume_id: &[u8; 16], kek: &SecretBytes<32>, mk: &MasterKey, nonce: [u8; 12]) {
+        let aad = self.wrap_aad(volume_id);
+        let mut buf = SecretBytes::<KEY_LEN>::from_slice(mk.expose());
+        let tag = Aes256Gcm::new(kek.expose().into())
+            .encrypt_in_place_detached(&nonce.into(), &aad, buf.expose_mut())
+            .expect("32-byte wrap");
+        let mut out = nonce.to_vec();
+        out.extend_from_slice(buf.expose());
+        out.extend_from_slice(&tag);
+        self.fields.insert("wrapped".into(), b64(&out));
+    }
+
+    /// Unwraps the master key with `kek`; `None` if this slot does not accept it.
+    fn unwrap(&self, volume_id: &[u8; 16], kek: &SecretBytes<32>) -> Option<MasterKey> {
+        let wrapped: [u8; 60] = unb64_array(self.fields.get("wrapped")?)?;
+        let aad = self.wrap_aad(volume_id);
+        let mut mk = SecretBytes::<KEY_LEN>::from_slice(wrapped[12..44].try_into().ok()?);
+        Aes256Gcm::new(kek.expose().into())
+            .decrypt_in_place_detached(
+                wrapped[..12].into(),
+                &aad,
+                mk.expose_mut(),
+                wrapped[44..].into(),
+            )
+            .ok()?;
+        Some(MasterKey::from_bytes(mk.expose()))
+    }
+}
+
+/// The parsed volume config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeConfig {
+    /// Volume parameters.
+    pub params: VolumeParams,
+    slots: Vec<KeySlot>,
+    mac: Option<[u8; 32]>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    cloakfs: u64,
+    volume: Fields,
+    slots: Vec<Fields>,
+    mac: String,
+}
+
+/// Randomness injected into slot creation, so test vectors can be reproduced.
+#[derive(Debug, Clone, Copy)]
+pub struct SlotRandomness {
+    /// Argon2id salt.
+    pub salt: [u8; SALT_LEN],
+    /// Key-wrap nonce.
+    pub nonce: [u8; 12],
+}
+
+impl SlotRandomness {
+    /// Fresh randomness from the OS.
+    pub fn fresh() -> Self {
+        Self {
+            salt: crate::random::array(),
+            nonce: crate::random::array(),
+        }
+    }
+}
+
+impl VolumeConfig {
+    /// A config with no slots yet.
+    pub fn new(params: VolumeParams) -> Self {
+        Self {
+            params,
+            slots: Vec::new(),
+            mac: None,
+        }
+    }
+
+    /// The key slots.
+    pub fn slots(&self) -> &[KeySlot] {
+        &self.slots
+    }
+
+    fn next_slot_id(&self) -> u32 {
+        self.slots.iter().map(KeySlot::id).max().map_or(1, |m| m + 1)
+    }
+
+    /// Adds a passphrase slot wrapping `mk`; returns its ID. Call [`VolumeConfig::seal`] after.
+    pub fn add_passphrase_slot(
+        &mut self,
+        mk: &MasterKey,
+        pass: &Passphrase,
+        params: Argon2Params,
+        label: &str,
+        rnd: SlotRandomness,
+    ) -> Result<u32> {
+        if label.contains(['\n', '\0']) {
+            return Err(Error::ConfigDamaged("slot label may not contain newlines".into()));
+        }
+        let id = self.next_slot_id();
+        let mut fields = Fields::new();
+        fields.insert("id".into(), id.to_string());
+        fields.insert("kind".into(), kind::PASSPHRASE.into());
+        fields.insert("label".into(), label.into());
+        fields.insert("kdf".into(), "argon2id".into());
+        fields.insert("argon2_memory_kib".into(), params.memory_kib.to_string());
+        fields.insert("argon2_iterations".into(), params.iterations.to_string());
+        fields.insert("argon2_lanes".into(), params.lanes.to_string());
+        fields.insert("salt".into(), b64(&rnd.salt));
+        let mut slot = KeySlot { fields };
+        let kek = kdf::derive(pass, &rnd.salt, &params)?;
+        slot.wrap(&self.params.volume_id, &kek, mk, rnd.nonce);
+        self.slots.push(slot);
+        self.mac = None;
+        Ok(id)
+    }
+
+    /// Removes slot `id`. Call [`VolumeConfig::seal`] after.
+    pub fn remove_slot(&mut self, id: u32) -> Result<()> {
+        let before = self.slots.len();
+        self.slots.retain(|s| s.id() != id);
+        if self.slots.len() == before {
+            return Err(Error::ConfigDamaged(format!("no key slot {id}")));
+        }
+        self.mac = None;
+        Ok(())
+    }
+
+    /// Tries every passphrase slot; on success verifies the config MAC and returns the master
+    /// key and the ID of the slot that opened.
+    pub fn unlock_passphrase(&self, pass: &Passphrase) -> Result<(MasterKey, u32)> {
+        for slot in self.slots.iter().filter(|s| s.kind() == kind::PASSPHRASE) {
+            let params = slot.argon2()?;
+            let salt: [u8; SALT_LEN] = parse_b64(&slot.fields, "salt")?;
+            let kek = kdf::derive(pass, &salt, &params)?;
+            if let Some(mk) = slot.unwrap(&self.params.volume_id, &kek) {
+                self.verify(&mk)?;
+                return Ok((mk, slot.id()));
+            }
+        }
+        Err(Error::WrongSecret)
+    }
+
+    /// The text the MAC covers: `MAC_DOMAIN`, then `volume.K=V` lines sorted by K, then for the
+    /// i-th slot `slot.i.K=V` lines sorted by K.
+    pub fn canonical(&self) -> String {
+        let mut s = String::from(MAC_DOMAIN);
+        for (k, v) in self.params.to_fields() {
+            s.push_str(&format!("volume.{k}={v}\n"));
+        }
+        for (i, slot) in self.slots.iter().enumerate() {
+            for (k, v) in &slot.fields {
+                s.push_str(&format!("slot.{i}.{k}={v}\n"));
+            }
+        }
+        s
+    }
+
+    fn compute_mac(&self, mk: &MasterKey) -> [u8; 32] {
+        let key: SecretBytes<32> = mk.subkey(&self.params.volume_id, label::CONFIG_MAC);
+        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key.expose()).expect("any key length");
+        m.update(self.canonical().as_bytes());
+        m.finalize().into_bytes().into()
+    }
+
+    /// Computes and stores the MAC (after any change).
+    pub fn seal(&mut self, mk: &MasterKey) {
+        self.mac = Some(self.compute_mac(mk));
+    }
+
+    /// Verifies the MAC in constant time.
+    pub fn verify(&self, mk: &MasterKey) -> Result<()> {
+        let key: SecretBytes<32> = mk.subkey(&self.params.volume_id, label::CONFIG_MAC);
+        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key.expose()).expect("any key length");
+        m.update(self.canonical().as_bytes());
+        match &self.mac {
+            Some(mac) if m.verify_slice(mac).is_ok() => Ok(()),
+            _ => Err(Error::ConfigTampered),
+        }
+    }
+
+    /// Serializes to the on-disk JSON. Panics if the config was changed and not sealed.
+    pub fn to_json(&self) -> String {
+        let file = ConfigFile {
+            cloakfs: CONFIG_VERSION,
+            volume: self.params.to_fields(),
+            slots: self.slots.iter().map(|s| s.fields.clone()).collect(),
+            mac: b64(&self.mac.expect("config must be sealed before it is written")),
+        };
+        let mut s = serde_json::to_string_pretty(&file).expect("string maps serialize");
+        s.push('\n');
+        s
+    }
+
+    /// Parses the on-disk JSON, checking versions and field syntax (not the MAC: that needs
+    /// the key).
+    pub fn parse(text: &str) -> Result<Self> {
+        let value: serde_json::Value = serde_json::from_str(text)
+            .map_err(|e| Error::ConfigDamaged(format!("not valid JSON ({e})")))?;
+        match value.get("cloakfs").and_then(serde_json::Value::as_u64) {
+            Some(CONFIG_VERSION) => {}
+            Some(v) => {
+                return Err(Error::UnsupportedVersion {
+                    what: "config",
+                    found: v,
+                    supported: CONFIG_VERSION,
+                })
+            }
+            None => return Err(Error::ConfigDamaged("missing \"cloakfs\" version".into())),
+        }
+        let file: ConfigFile = serde_json::from_value(value)
+            .map_err(|e| Error::ConfigDamaged(e.to_string()))?;
+        for f in std::iter::once(&file.volume).chain(file.slots.iter()) {
+            check_fields(f)?;
+        }
+        let params = VolumeParams::from_fields(&file.volume)?;
+        let mut slots = Vec::new();
+        for f in file.slots {
+            let slot = KeySlot { fields: f };
+            let _: u32 = parse_num(&slot.fields, "id")?;
+            get(&slot.fields, "kind")?;
+            if slots.iter().any(|s: &KeySlot| s.id() == slot.id()) {
+                return Err(Error::ConfigDamaged(format!("duplicate slot id {}", slot.id())));
+            }
+            slots.push(slot);
+        }
+        let mac = unb64_array(&file.mac)
+            .ok_or_else(|| Error::ConfigDamaged("mac is not 32 base64url bytes".into()))?;
+        Ok(Self {
+            params,
+            slots,
+            mac: Some(mac),
+        })
+    }
+
+    /// Reads and parses `CONFIG_FILE` from `dir` (or the file `path` itself if it is one).
+    pub fn load(path: &Path) -> Result<Self> {
+        let file = config_path(path);
+        let f = match fs::File::open(&file) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::NotAVolume(path.display().to_string(), CONFIG_FILE))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let mut text = String::new();
+        use std::io::Read;
+        f.take(CONFIG_MAX_BYTES + 1)
+            .read_to_string(&mut text)
+            .map_err(|_| Error::ConfigDamaged("not UTF-8 text".into()))?;
+        if text.len() as u64 > CONFIG_MAX_BYTES {
+            return Err(Error::ConfigDamaged("config file too large".into()));
+        }
+        Self::parse(&text)
+    }
+
+    /// Writes the config atomically: temporary file, fsync, rename over, fsync directory. A
+    /// crash at any point leaves either the old or the new config.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let file = config_path(path);
+        let dir = file.parent().unwrap_or(Path::new("."));
+        let tmp = dir.join(format!(
+            "{}.tmp.{}",
+            file.file_name().and_then(|n| n.to_str()).unwrap_or(CONFIG_FILE),
+            std::process::id()
+        ));
+        let result = (|| -> Result<()> {
+            let mut f = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&tmp)?;
+            f.write_all(self.to_json().as_bytes())?;
+            f.sync_all()?;
+            fs::rename(&tmp, &file)?;
+            fs::File::open(dir)?.sync_all()?;
+            Ok(())
+        })();
+        if result.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        result
+    }
+}
+
+/// Where the config of the volume at `path` lives: `path/cloakfs.conf` for a directory.
+pub fn config_path(path: &Path) -> std::path::PathBuf {
+    if path.is_dir() {
+        path.join(CONFIG_FILE)
+    } else {
+        path.to_path_buf()
+    }
+}
+
+fn check_fields(f: &Fields) -> Result<()> {
+    for (k, v) in f {
+        let key_ok = !k.is_empty()
+            && k
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        if !key_ok || v.contains(['\n', '\0']) {
+            return Err(Error::ConfigDamaged(format!("malformed field {k:?}")));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cheap() -> Argon2Params {
+        Argon2Params {
+            memory_kib: 64,
+            iterations: 1,
+            lanes: 1,
+        }
+    }
+
+    fn make() -> (VolumeConfig, MasterKey) {
+        let mk = MasterKey::generate();
+        let mut c = VolumeConfig::new(VolumeParams::new());
+        let pass = Passphrase::new(b"correct horse".to_vec());
+        c.add_passphrase_slot(&mk, &pass, cheap(), "main", SlotRandomness::fresh())
+            .unwrap();
+        c.seal(&mk);
+        (c, mk)
+    }
+
+    #[test]
+    fn round_trip_and_unlock() {
+        let (c, mk) = make();
+        let parsed = VolumeConfig::parse(&c.to_json()).unwrap();
+        assert_eq!(parsed, c);
+        let (got, id) = parsed
+            .unlock_passphrase(&Passphrase::new(b"correct horse".to_vec()))
+            .unwrap();
+        assert_eq!(got.expose(), mk.expose());
+        assert_eq!(id, 1);
+        assert!(matches!(
+            parsed.unlock_passphrase(&Passphrase::new(b"wrong".to_vec())),
+            Err(Error::WrongSecret)
+        ));
+    }
+
+    #[test]
+    fn flipped_flag_is_refused_after_unlock() {
+        let (c, _) = make();
+        let json = c.to_json().replace("\"sparse\"", "\"strict\"");
+        let parsed = VolumeConfig::parse(&json).unwrap();
+        assert!(matches!(
+            parsed.unlock_passphrase(&Passphrase::new(b"correct horse".to_vec())),
+            Err(Error::ConfigTampered)
+        ));
+    }
+
+    #[test]
+    fn changed_kdf_parameter_is_refused() {
+        let (c, _) = make();
+        let json = c
+            .to_json()
+            .replace("\"argon2_iterations\": \"1\"", "\"argon2_iterations\": \"2\"");
+        let parsed = VolumeConfig::parse(&json).unwrap();
+        assert!(parsed
+            .unlock_passphrase(&Passphrase::new(b"correct horse".to_vec()))
+            .is_err());
+    }
+
+    #[test]
+    fn versions_and_damage() {
+        let (c, _) = make();
+        let json = c.to_json().replace("\"cloakfs\": 1", "\"cloakfs\": 2");
+        assert!(matches!(
+            VolumeConfig::parse(&json),
+            Err(Error::UnsupportedVersion { found: 2, .. })
+        ));
+        let json = c
+            .to_json()
+            .replace("\"format_version\": \"1\"", "\"format_version\": \"9\"");
+        assert!(matches!(
+            VolumeConfig::parse(&json),
+            Err(Error::UnsupportedVersion { found: 9, .. })
+        ));
+        assert!(matches!(
+            VolumeConfig::parse("{garbage"),
+            Err(Error::ConfigDamaged(_))
+        ));
+        let json = c.to_json().replace("\"holes\"", "\"holez\"");
+        assert!(VolumeConfig::parse(&json).is_err());
+    }
+}

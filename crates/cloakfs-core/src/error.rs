@@ -1,0 +1,57 @@
+//! Errors of the core library. Every variant renders as one line that a user can act on.
+
+use std::io;
+
+/// What went wrong, in terms a user of the volume understands.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No key slot accepted the secret.
+    #[error("wrong passphrase or key: no key slot of this volume accepts it")]
+    WrongSecret,
+    /// The configuration file is missing.
+    #[error("no cloakfs volume at {0} (missing {1})")]
+    NotAVolume(String, &'static str),
+    /// The configuration file cannot be parsed or has an invalid field.
+    #[error("damaged volume config: {0}")]
+    ConfigDamaged(String),
+    /// The configuration's MAC did not verify after a successful unlock.
+    #[error("volume config was modified without the key (MAC mismatch): refusing to use it")]
+    ConfigTampered,
+    /// A format element carries a version this build does not know.
+    #[error("unsupported {what} version {found} (this cloakfs supports {supported})")]
+    UnsupportedVersion {
+        /// Which element (config, file header, ...).
+        what: &'static str,
+        /// The version found on disk.
+        found: u64,
+        /// The version this build understands.
+        supported: u64,
+    },
+    /// Authentication of ciphertext failed: tampered, truncated or from another volume.
+    #[error("authentication failed: {0}")]
+    Tampered(String),
+    /// A plaintext name is not acceptable (empty, too long, contains '/' or NUL, '.' or '..').
+    #[error("invalid name")]
+    InvalidName,
+    /// A plaintext name or target is longer than the format can store.
+    #[error("name or symlink target too long")]
+    NameTooLong,
+    /// An operating-system error.
+    #[error("{0}")]
+    Io(#[from] io::Error),
+}
+
+impl Error {
+    /// The errno a file system call should report for this error.
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            Error::InvalidName => libc::EINVAL,
+            Error::NameTooLong => libc::ENAMETOOLONG,
+            _ => libc::EIO,
+        }
+    }
+}
+
+/// Result with the core [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,660 @@
+//! Plaintext I/O on one backing file: random-access reads and writes, truncate, holes.
+//!
+//! [`ContentFile`] owns the backing file descriptor and the file's cipher, and serializes
+//! writers against readers with a read-write lock, so any number of threads may share it.
+//! Writes that cover whole blocks skip read-modify-write; large requests are sealed and opened
+//! on all cores. Before a write grows the backing file, the new space is reserved with
+//! `fallocate(FALLOC_FL_KEEP_SIZE)`, so a full disk fails the write before any existing block is
+//! touched.
+
+use crate::content::{ContentCodec, FileCipher, FileHeader, FileId};
+use crate::error::{Error, Result};
+use crate::layout::{Layout, HEADER_LEN};
+use rayon::prelude::*;
+use std::cell::RefCell;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// Requests of at least this many blocks are sealed or opened in parallel.
+pub const PARALLEL_MIN_BLOCKS: u64 = 32;
+/// Most blocks sealed per write syscall when filling a strict volume's gaps with zeros.
+const ZERO_FILL_BATCH: u64 = 256;
+
+thread_local! {
+    static SEALED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    static PLAIN: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+struct State {
+    cipher: Option<FileCipher>,
+    size: u64,
+}
+
+/// One backing file seen as plaintext.
+pub struct ContentFile {
+    codec: Arc<ContentCodec>,
+    file: File,
+    state: RwLock<State>,
+}
+
+impl std::fmt::Debug for ContentFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ContentFile")
+            .field("fd", &self.file.as_raw_fd())
+            .finish_non_exhaustive()
+    }
+}
+
+fn tampered(msg: String) -> Error {
+    Error::Tampered(msg)
+}
+
+impl ContentFile {
+    /// Wraps an open backing file (opened read-write for writing), reading its header.
+    pub fn open(codec: Arc<ContentCodec>, file: File) -> Result<Self> {
+        let len = file.metadata()?.len();
+        let layout = codec.layout();
+        let mut state = State {
+            cipher: None,
+            size: 0,
+        };
+        if len > 0 {
+            let mut h = [0u8; HEADER_LEN as usize];
+            if len < HEADER_LEN {
+                return Err(tampered("file header truncated".into()));
+            }
+            file.read_exact_at(&mut h, 0)?;
+            let header = FileHeader::parse(&h)?;
+            state.cipher = Some(codec.file_cipher(header.id));
+            state.size = layout.plain_size_lenient(len);
+        }
+        Ok(Self {
+            codec,
+            file,
+            state: RwLock::new(state),
+        })
+    }
+
+    /// The backing file.
+    pub fn backing(&self) -> &File {
+        &self.file
+    }
+
+    fn layout(&self) -> Layout {
+        self.codec.layout()
+    }
+
+    fn read_state(&self) -> RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write_state(&self) -> RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Plaintext size.
+    pub fn size(&self) -> u64 {
+        self.read_state().size
+    }
+
+    /// The file ID, if the file has a header.
+    pub fn file_id(&self) -> Option<FileId> {
+        self.read_state().cipher.as_ref().map(FileCipher::id)
+    }
+
+    /// Re-reads the size from the backing file (after it changed behind our back).
+    pub fn refresh_size(&self) -> Result<u64> {
+        let mut st = self.write_state();
+        let len = self.file.metadata()?.len();
+        st.size = self.layout().plain_size_lenient(len);
+        Ok(st.size)
+    }
+
+    /// Reads up to `buf.len()` plaintext bytes at `off`; returns the count (0 at end of file).
+    pub fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<usize> {
+        let st = self.read_state();
+        if off >= st.size || buf.is_empty() {
+            return Ok(0);
+        }
+        let len = (buf.len() as u64).min(st.size - off) as usize;
+        let cipher = st
+            .cipher
+            .as_ref()
+            .ok_or_else(|| tampered("file has data but no header".into()))?;
+        let layout = self.layout();
+        let span = layout.span(off, len as u64);
+        let c_start = layout.cipher_offset(span.first);
+        let c_end = layout
+            .cipher_offset(span.first + span.count)
+            .min(layout.cipher_size(st.size));
+        SEALED.with_borrow_mut(|sealed| -> Result<()> {
+            sealed.resize((c_end - c_start) as usize, 0);
+            self.file.read_exact_at(sealed, c_start).map_err(|e| {
+                if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                    tampered("backing file shorter than its blocks".into())
+                } else {
+                    e.into()
+                }
+            })?;
+            open_blocks(
+                cipher,
+                layout,
+                st.size,
+                span.first,
+                off,
+                sealed,
+                &mut buf[..len],
+            )
+        })?;
+        Ok(len)
+    }
+
+    /// Writes `data` at plaintext offset `off` (filling any gap with a hole); returns its length.
+    pub fn write_at(&self, off: u64, data: &[u8]) -> Result<usize> {
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let mut st = self.write_state();
+        self.ensure_header(&mut st)?;
+        if off > st.size {
+            self.extend(&mut st, off)?;
+        }
+        let layout = self.layout();
+        let bs = layout.block_size();
+        let end = off + data.len() as u64;
+        let old_size = st.size;
+        let new_size = old_size.max(end);
+        let span = layout.span(off, data.len() as u64);
+        let cipher = st.cipher.as_ref().expect("header ensured");
+        let c_start = layout.cipher_offset(span.first);
+        let c_end = layout
+            .cipher_offset(span.first + span.count)
+            .min(layout.cipher_size(new_size));
+        let overhead = layout.overhead() as usize;
+
+        SEALED.with_borrow_mut(|out| -> Result<()> {
+            out.resize((c_end - c_start) as usize, 0);
+            // Edge blocks that keep old bytes need read-modify-write; the rest is sealed from
+            // `data` directly.
+            let mut direct: Vec<(u64, &[u8], &mut [u8])> = Vec::with_capacity(span.count as usize);
+            let mut rest_out: &mut [u8] = out;
+            for b in span.first..span.first + span.count {
+                let b_off = layout.plain_offset(b);
+                let old_len = layout.block_len(b, old_size) as usize;
+                let new_len = layout.block_len(b, new_size) as usize;
+                let ws = (off.max(b_off) - b_off) as usize;
+                let we = (end.min(b_off + bs) - b_off) as usize;
+                let (dst, tail) = std::mem::take(&mut rest_out).split_at_mut(new_len + overhead);
+                rest_out = tail;
+                let src = &data[(b_off + ws as u64 - off) as usize..(b_off + we as u64 - off) as usize];
+                if old_len > 0 && (ws > 0 || we < old_len) {
+                    PLAIN.with_borrow_mut(|plain| -> Result<()> {
+                        plain.resize(new_len, 0);
+                        self.read_block(cipher, b, old_len, &mut plain[..old_len])?;
+                        plain[ws..we].copy_from_slice(src);
+                        cipher.seal(b, &plain[..new_len], dst);
+                        Ok(())
+                    })?;
+                } else {
+                    debug_assert_eq!(ws, 0);
+                    debug_assert_eq!(we, new_len);
+                    direct.push((b, src, dst));
+                }
+            }
+            if direct.len() as u64 >= PARALLEL_MIN_BLOCKS {
+                direct
+                    .into_par_iter()
+                    .for_each(|(b, src, dst)| cipher.seal(b, src, dst));
+            } else {
+                for (b, src, dst) in direct {
+                    cipher.seal(b, src, dst);
+                }
+            }
+            self.reserve(layout.cipher_size(old_size), c_end)?;
+            self.file.write_all_at(out, c_start)?;
+            Ok(())
+        })?;
+        st.size = new_size;
+        Ok(data.len())
+    }
+
+    /// Sets the plaintext size: shrinking re-seals a new partial last block, growing leaves a
+    /// hole (or encrypted zeros on a strict volume).
+    pub fn truncate(&self, new_size: u64) -> Result<()> {
+        let mut st = self.write_state();
+        let old = st.size;
+        if new_size == old {
+            return Ok(());
+        }
+        if new_size == 0 {
+            self.file.set_len(0)?;
+            st.cipher = None;
+            st.size = 0;
+            return Ok(());
+        }
+        if new_size > old {
+            self.ensure_header(&mut st)?;
+            return self.extend(&mut st, new_size);
+        }
+        let layout = self.layout();
+        let rem = (new_size % layout.block_size()) as usize;
+        if rem != 0 {
+            let b = new_size / layout.block_size();
+            let cipher = st.cipher.as_ref().expect("non-empty file has a header");
+            let old_len = layout.block_len(b, old) as usize;
+            PLAIN.with_borrow_mut(|plain| -> Result<()> {
+                plain.resize(old_len, 0);
+                self.read_block(cipher, b, old_len, plain)?;
+                let mut sealed = vec![0u8; rem + layout.overhead() as usize];
+                cipher.seal(b, &plain[..rem], &mut sealed);
+                self.file.write_all_at(&sealed, layout.cipher_offset(b))?;
+                Ok(())
+            })?;
+        }
+        self.file.set_len(layout.cipher_size(new_size))?;
+        st.size = new_size;
+        Ok(())
+    }
+
+    /// Zeroes `len` bytes at `off` without changing the size (FALLOC_FL_PUNCH_HOLE). Whole
+    /// blocks become holes in the backing file on sparse volumes.
+    pub fn punch_hole(&self, off: u64, len: u64) -> Result<()> {
+        let size = self.size();
+        let end = (off + len).min(size);
+        if off >= end {
+            return Ok(());
+        }
+        let layout = self.layout();
+        let bs = layout.block_size();
+        // Whole blocks strictly inside the range, excluding a partial last block of the file.
+        let first_full = off.div_ceil(bs);
+        let last_full = end / bs; // exclusive
+        if self.codec.strict_holes() || first_full >= last_full {
+            return self.write_zeros(off, end - off);
+        }
+        let head_end = first_full * bs;
+        if off < head_end {
+            self.write_zeros(off, head_end - off)?;
+        }
+        let tail_start = last_full * bs;
+        if tail_start < end {
+            self.write_zeros(tail_start, end - tail_start)?;
+        }
+        let _st = self.write_state();
+        let c0 = layout.cipher_offset(first_full);
+        let c1 = layout.cipher_offset(last_full);
+        fallocate(
+            &self.file,
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            c0,
+            c1 - c0,
+        )
+        .or_else(|e| {
+            // Without hole punching in the backing file system, write zeros ourselves.
+            if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS)) {
+                let zeros = vec![0u8; (c1 - c0).min(1 << 20) as usize];
+                let mut pos = c0;
+                while pos < c1 {
+                    let n = (c1 - pos).min(zeros.len() as u64) as usize;
+                    self.file.write_all_at(&zeros[..n], pos)?;
+                    pos += n as u64;
+                }
+                Ok(())
+            } else {
+                Err(e)
+            }
+        })?;
+        Ok(())
+    }
+
+    /// Reserves backing space for `len` bytes at `off` (fallocate mode 0 or KEEP_SIZE).
+    pub fn allocate(&self, off: u64, len: u64, keep_size: bool) -> Result<()> {
+        let end = off + len;
+        if !keep_size && end > self.size() {
+            self.truncate(end)?;
+        }
+        let layout = self.layout();
+        let span = layout.span(off, len);
+        let c0 = layout.cipher_offset(span.first);
+        let c1 = layout.cipher_offset(span.first + span.count);
+        match fallocate(&self.file, libc::FALLOC_FL_KEEP_SIZE, c0, c1 - c0) {
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => Ok(()),
+            r => Ok(r?),
+        }
+    }
+
+    fn write_zeros(&self, off: u64, len: u64) -> Result<()> {
+        let chunk = vec![0u8; len.min(1 << 20) as usize];
+        let mut pos = off;
+        while pos < off + len {
+            let n = (off + len - pos).min(chunk.len() as u64) as usize;
+            self.write_at(pos, &chunk[..n])?;
+            pos += n as u64;
+        }
+        Ok(())
+    }
+
+    /// Flushes data (and metadata unless `datasync`) to stable storage.
+    pub fn sync(&self, datasync: bool) -> Result<()> {
+        if datasync {
+            self.file.sync_data()?;
+        } else {
+            self.file.sync_all()?;
+        }
+        Ok(())
+    }
+
+    /// Gives a file that has no data a fresh header and file ID. A header-only file also gets
+    /// a new ID, so an ID planted by someone else is never used for new data.
+    fn ensure_header(&self, st: &mut State) -> Result<()> {
+        if st.size > 0 {
+            return Ok(());
+        }
+        let header = FileHeader {
+            id: FileId::random(),
+        };
+        self.reserve(self.file.metadata()?.len(), HEADER_LEN)?;
+        self.file.write_all_at(&header.to_bytes(), 0)?;
+        self.file.set_len(HEADER_LEN)?;
+        st.cipher = Some(self.codec.file_cipher(header.id));
+        Ok(())
+    }
+
+    /// Grows the file from `st.size` to `new_size` with zeros. The header must exist.
+    fn extend(&self, st: &mut State, new_size: u64) -> Result<()> {
+        let layout = self.layout();
+        let bs = layout.block_size();
+        let overhead = layout.overhead() as usize;
+        let cipher = st.cipher.as_ref().expect("header ensured");
+        let mut size = st.size;
+        // Complete the old partial last block.
+        if size % bs != 0 {
+            let b = size / bs;
+            let old_len = (size % bs) as usize;
+            let new_len = layout.block_len(b, new_size) as usize;
+            PLAIN.with_borrow_mut(|plain| -> Result<()> {
+                plain.clear();
+                plain.resize(new_len, 0);
+                self.read_block(cipher, b, old_len, &mut plain[..old_len])?;
+                let mut sealed = vec![0u8; new_len + overhead];
+                cipher.seal(b, plain, &mut sealed);
+                let c = layout.cipher_offset(b);
+                self.reserve(layout.cipher_size(size), c + sealed.len() as u64)?;
+                self.file.write_all_at(&sealed, c)?;
+                Ok(())
+            })?;
+            size = layout.plain_offset(b) + new_len as u64;
+        }
+        if size < new_size {
+            if self.codec.strict_holes() {
+                let zeros = vec![0u8; bs as usize];
+                let mut b = size / bs;
+                let last = (new_size - 1) / bs;
+                while b <= last {
+                    let n = (last - b + 1).min(ZERO_FILL_BATCH);
+                    let mut sealed = Vec::with_capacity((n * layout.cipher_block_size()) as usize);
+                    for i in b..b + n {
+                        let l = layout.block_len(i, new_size) as usize;
+                        let start = sealed.len();
+                        sealed.resize(start + l + overhead, 0);
+                        cipher.seal(i, &zeros[..l], &mut sealed[start..]);
+                    }
+                    let c = layout.cipher_offset(b);
+                    self.reserve(layout.cipher_size(size), c + sealed.len() as u64)?;
+                    self.file.write_all_at(&sealed, c)?;
+                    size = layout.plain_offset(b + n).min(new_size);
+                    b += n;
+                }
+            } else {
+                let last = (new_size - 1) / bs;
+                let tail = layout.block_len(last, new_size) as usize;
+                if tail < bs as usize {
+                    // A partial last block must authenticate; whole blocks before it are holes.
+                    let zeros = vec![0u8; tail];
+                    let mut sealed = vec![0u8; tail + overhead];
+                    cipher.seal(last, &zeros, &mut sealed);
+                    self.file
+                        .write_all_at(&sealed, layout.cipher_offset(last))?;
+                } else {
+                    self.file.set_len(layout.cipher_size(new_size))?;
+                }
+            }
+        }
+        st.size = new_size;
+        Ok(())
+    }
+
+    /// Reads and opens block `b` holding `len` plaintext bytes into `out`.
+    fn read_block(&self, cipher: &FileCipher, b: u64, len: usize, out: &mut [u8]) -> Result<()> {
+        let layout = self.layout();
+        let mut sealed = vec![0u8; len + layout.overhead() as usize];
+        self.file
+            .read_exact_at(&mut sealed, layout.cipher_offset(b))
+            .map_err(|e| {
+                if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                    tampered(format!("block {b} truncated"))
+                } else {
+                    e.into()
+                }
+            })?;
+        cipher.open(b, &sealed, &mut out[..len])
+    }
+
+    /// Reserves `[from, to)` of the backing file before writing past its end.
+    fn reserve(&self, from: u64, to: u64) -> Result<()> {
+        if to <= from {
+            return Ok(());
+        }
+        match fallocate(&self.file, libc::FALLOC_FL_KEEP_SIZE, from, to - from) {
+            Ok(()) => Ok(()),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) | Some(libc::EINVAL)
+                ) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// Opens the sealed blocks starting at block `first` into `buf`, which receives plaintext
+/// bytes starting at offset `off` of a file of `size` bytes.
+fn open_blocks(
+    cipher: &FileCipher,
+    layout: Layout,
+    size: u64,
+    first: u64,
+    off: u64,
+    sealed: &[u8],
+    buf: &mut [u8],
+) -> Result<()> {
+    let bs = layout.block_size();
+    let cbs = layout.cipher_block_size() as usize;
+    let overhead = layout.overhead() as usize;
+    // Split `buf` and `sealed` into per-block jobs.
+    let mut jobs: Vec<(u64, &[u8], usize, &mut [u8])> = Vec::new();
+    let mut rest: &mut [u8] = buf;
+    let mut pos = off;
+    let mut b = first;
+    while !rest.is_empty() {
+        let b_off = layout.plain_offset(b);
+        let in_block = (pos - b_off) as usize;
+        let blen = layout.block_len(b, size) as usize;
+        let take = (blen - in_block).min(rest.len());
+        let (dst, tail) = std::mem::take(&mut rest).split_at_mut(take);
+        rest = tail;
+        let s0 = (b - first) as usize * cbs;
+        let s1 = (s0 + blen + overhead).min(sealed.len());
+        jobs.push((b, &sealed[s0..s1], in_block, dst));
+        pos += take as u64;
+        b += 1;
+        debug_assert!(pos <= b * bs || rest.is_empty());
+    }
+    let run = |(b, s, in_block, dst): (u64, &[u8], usize, &mut [u8])| -> Result<()> {
+        let blen = s.len().saturating_sub(overhead);
+        if in_block == 0 && dst.len() == blen {
+            cipher.open(b, s, dst)
+        } else {
+            PLAIN.with_borrow_mut(|plain| {
+                plain.resize(blen, 0);
+                cipher.open(b, s, plain)?;
+                let n = dst.len();
+                dst.copy_from_slice(&plain[in_block..in_block + n]);
+                Ok(())
+            })
+        }
+    };
+    if jobs.len() as u64 >= PARALLEL_MIN_BLOCKS {
+        jobs.into_par_iter().try_for_each(run)
+    } else {
+        jobs.into_iter().try_for_each(run)
+    }
+}
+
+fn fallocate(file: &File, mode: i32, off: u64, len: u64) -> std::io::Result<()> {
+    // SAFETY: fallocate on a valid, owned file descriptor with plain integer arguments.
+    let r = unsafe { libc::fallocate(file.as_raw_fd(), mode, off as i64, len as i64) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::content::ContentSuite;
+    use crate::secret::SecretBytes;
+    use proptest::prelude::*;
+
+    fn codec(strict: bool) -> Arc<ContentCodec> {
+        Arc::new(ContentCodec::new(
+            ContentSuite::Aes256Gcm,
+            4096,
+            strict,
+            SecretBytes::from_slice(&[9; 32]),
+        ))
+    }
+
+    fn new_file(strict: bool) -> (ContentFile, tempfile::NamedTempFile) {
+        let t = tempfile::NamedTempFile::new().unwrap();
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(t.path())
+            .unwrap();
+        (ContentFile::open(codec(strict), f).unwrap(), t)
+    }
+
+    fn read_all(f: &ContentFile) -> Vec<u8> {
+        let mut v = vec![0u8; f.size() as usize + 10];
+        let n = f.read_at(0, &mut v).unwrap();
+        v.truncate(n);
+        v
+    }
+
+    #[test]
+    fn basic_io_and_reopen() {
+        let (f, t) = new_file(false);
+        f.write_at(0, b"hello world").unwrap();
+        f.write_at(6, b"there, world").unwrap();
+        assert_eq!(read_all(&f), b"hello there, world");
+        let g = ContentFile::open(codec(false), std::fs::File::open(t.path()).unwrap()).unwrap();
+        assert_eq!(read_all(&g), b"hello there, world");
+        assert_eq!(std::fs::metadata(t.path()).unwrap().len(), 18 + 18 + 28);
+    }
+
+    #[test]
+    fn holes_and_truncate() {
+        for strict in [false, true] {
+            let (f, t) = new_file(strict);
+            f.write_at(10_000, b"x").unwrap();
+            let all = read_all(&f);
+            assert_eq!(all.len(), 10_001);
+            assert!(all[..10_000].iter().all(|&b| b == 0));
+            f.truncate(5000).unwrap();
+            assert_eq!(read_all(&f), vec![0u8; 5000]);
+            f.truncate(20_000).unwrap();
+            assert_eq!(read_all(&f), vec![0u8; 20_000]);
+            f.truncate(0).unwrap();
+            assert_eq!(std::fs::metadata(t.path()).unwrap().len(), 0);
+        }
+    }
+
+    #[test]
+    fn tamper_is_detected() {
+        let (f, t) = new_file(false);
+        f.write_at(0, &[7u8; 9000]).unwrap();
+        let raw = std::fs::OpenOptions::new().write(true).open(t.path()).unwrap();
+        raw.write_all_at(&[0xff], 18 + 4124 + 40).unwrap();
+        let mut buf = vec![0u8; 9000];
+        assert!(f.read_at(0, &mut buf).is_err());
+        assert_eq!(f.read_at(0, &mut buf[..4096]).unwrap(), 4096);
+    }
+
+    #[test]
+    fn punch_hole_zeroes() {
+        let (f, _t) = new_file(false);
+        f.write_at(0, &[1u8; 20_000]).unwrap();
+        f.punch_hole(100, 12_000).unwrap();
+        let all = read_all(&f);
+        assert_eq!(all.len(), 20_000);
+        assert!(all[..100].iter().all(|&b| b == 1));
+        assert!(all[100..12_100].iter().all(|&b| b == 0));
+        assert!(all[12_100..].iter().all(|&b| b == 1));
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Write(u64, Vec<u8>),
+        Truncate(u64),
+        Read(u64, usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0u64..40_000, proptest::collection::vec(any::<u8>(), 1..9000))
+                .prop_map(|(o, d)| Op::Write(o, d)),
+            (0u64..40_000).prop_map(Op::Truncate),
+            (0u64..45_000, 1usize..20_000).prop_map(|(o, l)| Op::Read(o, l)),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        #[test]
+        fn matches_reference(ops in proptest::collection::vec(op(), 1..25), strict in any::<bool>()) {
+            let (f, _t) = new_file(strict);
+            let mut reference: Vec<u8> = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Write(o, d) => {
+                        f.write_at(o, &d).unwrap();
+                        let end = o as usize + d.len();
+                        if reference.len() < end { reference.resize(end, 0); }
+                        reference[o as usize..end].copy_from_slice(&d);
+                    }
+                    Op::Truncate(n) => {
+                        f.truncate(n).unwrap();
+                        reference.resize(n as usize, 0);
+                    }
+                    Op::Read(o, l) => {
+                        let mut buf = vec![0u8; l];
+                        let n = f.read_at(o, &mut buf).unwrap();
+                        let start = (o as usize).min(reference.len());
+                        let end = (o as usize + l).min(reference.len());
+                        prop_assert_eq!(&buf[..n], &reference[start..end]);
+                    }
+                }
+                prop_assert_eq!(f.size(), reference.len() as u64);
+            }
+            prop_assert_eq!(read_all(&f), reference);
+        }
+    }
+}

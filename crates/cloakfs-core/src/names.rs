@@ -1,0 +1,230 @@
+//! Name encryption: AES-256-SIV (RFC 5297) bound to a per-directory ID, base64url-encoded.
+//!
+//! `encrypted = base64url(SIV(names key, headers = [dir ID], plaintext name))`, where the SIV
+//! output is the 16-byte synthetic IV followed by the ciphertext. Deterministic within a
+//! directory (lookups need no listing), different across directories, and authenticated: a
+//! tampered name, a name moved from another directory or another volume fails to decrypt.
+//!
+//! An encrypted name longer than the volume's `long_name_max` is stored as
+//! `cloakfs.long.<base64url(SHA-256(encrypted))>`, with the full encrypted name in a sidecar file
+//! of the same name plus `.name`.
+
+use crate::encoding::{b64, unb64};
+use crate::error::{Error, Result};
+use crate::secret::SecretBytes;
+use aes_siv::siv::Aes256Siv;
+use aes_siv::KeyInit;
+use sha2::{Digest, Sha256};
+
+/// Longest plaintext name (bytes), as on Linux file systems.
+pub const NAME_MAX: usize = 255;
+/// Name of the file holding a directory's ID (every directory but the root).
+pub const DIRID_FILE: &str = "cloakfs.dirid";
+/// Prefix of long-name backing entries.
+pub const LONG_PREFIX: &str = "cloakfs.long.";
+/// Suffix of a long name's sidecar file.
+pub const LONG_SIDECAR_SUFFIX: &str = ".name";
+/// Prefix shared by every name cloakfs reserves in the cipher directory.
+pub const RESERVED_PREFIX: &str = "cloakfs.";
+/// Default and largest `long_name_max`.
+pub const LONG_NAME_MAX_DEFAULT: usize = 255;
+/// Smallest `long_name_max` (a long-name entry itself is 56 bytes).
+pub const LONG_NAME_MAX_MIN: usize = 62;
+
+/// A directory's random 128-bit ID; names inside it are bound to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DirId(pub [u8; 16]);
+
+impl DirId {
+    /// A fresh random directory ID.
+    pub fn random() -> Self {
+        Self(crate::random::array())
+    }
+}
+
+/// How an encrypted name is stored in the backing directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoredName {
+    /// The encrypted name is the backing name.
+    Short(String),
+    /// The backing name is a hash; `full` goes into the sidecar file `<backing>.name`.
+    Long {
+        /// `cloakfs.long.<hash>`.
+        backing: String,
+        /// The full encrypted name.
+        full: String,
+    },
+}
+
+impl StoredName {
+    /// The name of the entry in the backing directory.
+    pub fn backing(&self) -> &str {
+        match self {
+            StoredName::Short(s) => s,
+            StoredName::Long { backing, .. } => backing,
+        }
+    }
+}
+
+/// What a backing directory entry is, judged by its name alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind<'a> {
+    /// An encrypted name.
+    Encrypted(&'a str),
+    /// A long-name entry whose full name is in the sidecar.
+    Long(&'a str),
+    /// cloakfs's own bookkeeping (dir ID, sidecars, config, temporary files): never listed.
+    Internal,
+}
+
+/// Classifies a backing entry name.
+pub fn classify(backing: &str) -> EntryKind<'_> {
+    if let Some(rest) = backing.strip_prefix(LONG_PREFIX) {
+        if !rest.contains('.') {
+            return EntryKind::Long(backing);
+        }
+        return EntryKind::Internal;
+    }
+    if backing.starts_with(RESERVED_PREFIX) || backing.contains('.') {
+        return EntryKind::Internal;
+    }
+    EntryKind::Encrypted(backing)
+}
+
+/// The long-name backing entry for a full encrypted name.
+pub fn long_backing_name(full: &str) -> String {
+    format!("{LONG_PREFIX}{}", b64(&Sha256::digest(full.as_bytes())))
+}
+
+/// Sidecar file name of a long-name entry.
+pub fn sidecar_name(backing: &str) -> String {
+    format!("{backing}{LONG_SIDECAR_SUFFIX}")
+}
+
+/// Checks that `name` may be a plaintext directory entry.
+pub fn validate_plain(name: &[u8]) -> Result<()> {
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
+    {
+        return Err(Error::InvalidName);
+    }
+    if name.len() > NAME_MAX {
+        return Err(Error::NameTooLong);
+    }
+    Ok(())
+}
+
+/// Encrypts and decrypts names with a SIV key.
+pub struct NameCodec {
+    key: SecretBytes<64>,
+    long_name_max: usize,
+}
+
+impl std::fmt::Debug for NameCodec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NameCodec")
+            .field("long_name_max", &self.long_name_max)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NameCodec {
+    /// A codec with the given AES-256-SIV key (64 bytes) and long-name threshold.
+    pub fn new(key: SecretBytes<64>, long_name_max: usize) -> Self {
+        Self { key, long_name_max }
+    }
+
+    fn siv(&self) -> Aes256Siv {
+        Aes256Siv::new(self.key.expose().into())
+    }
+
+    /// SIV-encrypts `data` with one header; output = synthetic IV || ciphertext.
+    pub(crate) fn seal_raw(&self, header: &[u8], data: &[u8]) -> Vec<u8> {
+        self.siv()
+            .encrypt([header], data)
+            .expect("one header is within the SIV header limit")
+    }
+
+    /// Reverses [`NameCodec::seal_raw`].
+    pub(crate) fn open_raw(&self, header: &[u8], sealed: &[u8]) -> Option<Vec<u8>> {
+        if sealed.len() <= 16 {
+            return None;
+        }
+        self.siv().decrypt([header], sealed).ok()
+    }
+
+    /// The encrypted form of plaintext `name` inside directory `dir`.
+    pub fn encrypt(&self, dir: &DirId, name: &[u8]) -> Result<StoredName> {
+        validate_plain(name)?;
+        let full = b64(&self.seal_raw(&dir.0, name));
+        if full.len() <= self.long_name_max {
+            Ok(StoredName::Short(full))
+        } else {
+            Ok(StoredName::Long {
+                backing: long_backing_name(&full),
+                full,
+            })
+        }
+    }
+
+    /// The plaintext of a full encrypted name found in directory `dir`.
+    pub fn decrypt(&self, dir: &DirId, encrypted: &str) -> Result<Vec<u8>> {
+        let tampered = || Error::Tampered("file name does not decrypt in this directory".into());
+        let sealed = unb64(encrypted.as_bytes()).ok_or_else(tampered)?;
+        let name = self.open_raw(&dir.0, &sealed).ok_or_else(tampered)?;
+        validate_plain(&name).map_err(|_| tampered())?;
+        Ok(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn codec() -> NameCodec {
+        NameCodec::new(SecretBytes::from_slice(&[3u8; 64]), 255)
+    }
+
+    #[test]
+    fn round_trip_and_binding() {
+        let c = codec();
+        let a = DirId([1; 16]);
+        let b = DirId([2; 16]);
+        let s = c.encrypt(&a, b"hello.txt").unwrap();
+        let StoredName::Short(enc) = &s else { panic!() };
+        assert_eq!(c.decrypt(&a, enc).unwrap(), b"hello.txt");
+        assert!(c.decrypt(&b, enc).is_err(), "moved to another directory");
+        assert_ne!(c.encrypt(&b, b"hello.txt").unwrap(), s);
+        assert_eq!(c.encrypt(&a, b"hello.txt").unwrap(), s, "deterministic");
+        assert!(matches!(classify(enc), EntryKind::Encrypted(_)));
+        let mut t = enc.clone().into_bytes();
+        t[3] = if t[3] == b'A' { b'B' } else { b'A' };
+        assert!(c.decrypt(&a, std::str::from_utf8(&t).unwrap()).is_err());
+    }
+
+    #[test]
+    fn long_names() {
+        let c = codec();
+        let d = DirId([1; 16]);
+        let name = vec![b'x'; 255];
+        let StoredName::Long { backing, full } = c.encrypt(&d, &name).unwrap() else {
+            panic!("255 bytes must spill")
+        };
+        assert!(backing.len() <= 62);
+        assert_eq!(long_backing_name(&full), backing);
+        assert!(matches!(classify(&backing), EntryKind::Long(_)));
+        assert_eq!(classify(&sidecar_name(&backing)), EntryKind::Internal);
+        assert_eq!(c.decrypt(&d, &full).unwrap(), name);
+        assert!(matches!(c.encrypt(&d, &[b'y'; 256]), Err(Error::NameTooLong)));
+    }
+
+    #[test]
+    fn invalid_names() {
+        let c = codec();
+        let d = DirId([1; 16]);
+        for n in [&b""[..], b".", b"..", b"a/b", b"a\0b"] {
+            assert!(c.encrypt(&d, n).is_err());
+        }
+        assert_eq!(classify(DIRID_FILE), EntryKind::Internal);
+        assert_eq!(classify("cloakfs.conf"), EntryKind::Internal);
+    }
+}

@@ -1,0 +1,93 @@
+//! Path translation between the plaintext view and the cipher directory, without a mount.
+//! Used by offline tools and by tests; the FUSE front end does the same per directory.
+
+use crate::error::{Error, Result};
+use crate::names::{self, DirId, StoredName, DIRID_FILE};
+use crate::volume::Volume;
+use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+/// Length of a `cloakfs.dirid` file.
+pub const DIRID_LEN: usize = 16;
+
+/// Parses the contents of a `cloakfs.dirid` file.
+pub fn parse_dir_id(bytes: &[u8]) -> Result<DirId> {
+    let id: [u8; DIRID_LEN] = bytes
+        .try_into()
+        .map_err(|_| Error::Tampered(format!("{DIRID_FILE} is not {DIRID_LEN} bytes")))?;
+    Ok(DirId(id))
+}
+
+/// Reads the ID of backing directory `dir`; the root's ID comes from the volume.
+pub fn read_dir_id(volume: &Volume, cipherdir: &Path, dir: &Path) -> Result<DirId> {
+    if dir == cipherdir {
+        return Ok(volume.root_dir_id());
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::open(dir.join(DIRID_FILE))?
+        .take(DIRID_LEN as u64 + 1)
+        .read_to_end(&mut bytes)?;
+    parse_dir_id(&bytes)
+}
+
+/// Writes a fresh `cloakfs.dirid` into the new backing directory `dir` and makes it durable.
+pub fn create_dir_id(dir: &Path) -> Result<DirId> {
+    let id = DirId::random();
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(dir.join(DIRID_FILE))?;
+    f.write_all(&id.0)?;
+    f.sync_all()?;
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(id)
+}
+
+/// The backing path of plaintext path `plain` (relative to the volume root).
+pub fn encrypt_path(volume: &Volume, cipherdir: &Path, plain: &Path) -> Result<PathBuf> {
+    let mut backing = cipherdir.to_path_buf();
+    for c in plain.components() {
+        match c {
+            Component::Normal(name) => {
+                let dir_id = read_dir_id(volume, cipherdir, &backing)?;
+                let stored = volume.names().encrypt(&dir_id, name.as_bytes())?;
+                backing.push(stored.backing());
+            }
+            Component::RootDir | Component::CurDir => {}
+            _ => return Err(Error::InvalidName),
+        }
+    }
+    Ok(backing)
+}
+
+/// The plaintext name of backing entry `entry` inside backing directory `dir`; `None` for
+/// cloakfs's own files.
+pub fn decrypt_entry(
+    volume: &Volume,
+    dir_id: &DirId,
+    dir: &Path,
+    entry: &str,
+) -> Result<Option<Vec<u8>>> {
+    match names::classify(entry) {
+        names::EntryKind::Internal => Ok(None),
+        names::EntryKind::Encrypted(e) => volume.names().decrypt(dir_id, e).map(Some),
+        names::EntryKind::Long(b) => {
+            let full = std::fs::read_to_string(dir.join(names::sidecar_name(b)))?;
+            if names::long_backing_name(full.trim_end()) != b {
+                return Err(Error::Tampered("long-name sidecar does not match".into()));
+            }
+            volume.names().decrypt(dir_id, full.trim_end()).map(Some)
+        }
+    }
+}
+
+/// Writes the sidecar of a long name (before the entry itself is created).
+pub fn write_sidecar(dir: &Path, stored: &StoredName) -> Result<()> {
+    if let StoredName::Long { backing, full } = stored {
+        let mut f = std::fs::File::create(dir.join(names::sidecar_name(backing)))?;
+        f.write_all(full.as_bytes())?;
+        f.sync_all()?;
+    }
+    Ok(())
+}

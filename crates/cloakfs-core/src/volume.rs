@@ -1,0 +1,121 @@
+//! An unlocked volume: its config and the codecs derived from the master key.
+
+use crate::config::{SlotRandomness, VolumeConfig, VolumeParams, CONFIG_FILE};
+use crate::content::ContentCodec;
+use crate::error::{Error, Result};
+use crate::kdf::Argon2Params;
+use crate::keys::{label, MasterKey};
+use crate::meta::MetaCodec;
+use crate::names::{DirId, NameCodec};
+use crate::secret::Passphrase;
+use std::path::Path;
+use std::sync::Arc;
+
+/// The codecs of an unlocked volume. Dropping it wipes every key.
+#[derive(Debug)]
+pub struct Volume {
+    config: VolumeConfig,
+    content: Arc<ContentCodec>,
+    names: NameCodec,
+    meta: MetaCodec,
+}
+
+impl Volume {
+    /// Derives the codecs from a master key after verifying the config MAC with it.
+    pub fn from_master_key(config: VolumeConfig, mk: &MasterKey) -> Result<Self> {
+        config.verify(mk)?;
+        let p = &config.params;
+        let id = &p.volume_id;
+        let content = Arc::new(ContentCodec::new(
+            p.content,
+            p.block_size,
+            p.strict_holes,
+            mk.subkey(id, label::CONTENT),
+        ));
+        let names = NameCodec::new(mk.subkey(id, label::NAMES), p.long_name_max);
+        let meta = MetaCodec::new(
+            mk.subkey(id, label::METADATA),
+            mk.subkey(id, label::XATTR_NAMES),
+        );
+        Ok(Self {
+            config,
+            content,
+            names,
+            meta,
+        })
+    }
+
+    /// Creates a volume in the empty directory `cipherdir` with one passphrase slot.
+    pub fn create(
+        cipherdir: &Path,
+        params: VolumeParams,
+        pass: &Passphrase,
+        kdf: Argon2Params,
+    ) -> Result<Self> {
+        check_empty_dir(cipherdir)?;
+        let mk = MasterKey::generate();
+        let mut config = VolumeConfig::new(params);
+        config.add_passphrase_slot(&mk, pass, kdf, "", SlotRandomness::fresh())?;
+        config.seal(&mk);
+        config.save(cipherdir)?;
+        Self::from_master_key(config, &mk)
+    }
+
+    /// Unlocks the volume at `cipherdir` with a passphrase.
+    pub fn unlock(cipherdir: &Path, pass: &Passphrase) -> Result<Self> {
+        let config = VolumeConfig::load(cipherdir)?;
+        let (mk, _slot) = config.unlock_passphrase(pass)?;
+        Self::from_master_key(config, &mk)
+    }
+
+    /// The verified config.
+    pub fn config(&self) -> &VolumeConfig {
+        &self.config
+    }
+
+    /// Content encryption, shared with every open file.
+    pub fn content(&self) -> &Arc<ContentCodec> {
+        &self.content
+    }
+
+    /// Name encryption.
+    pub fn names(&self) -> &NameCodec {
+        &self.names
+    }
+
+    /// Symlink target and xattr encryption.
+    pub fn meta(&self) -> &MetaCodec {
+        &self.meta
+    }
+
+    /// The root directory's ID (the volume ID; the root has no `cloakfs.dirid` file).
+    pub fn root_dir_id(&self) -> DirId {
+        DirId(self.config.params.volume_id)
+    }
+}
+
+/// Refuses an existing volume and a non-empty directory; creates a missing directory.
+fn check_empty_dir(dir: &Path) -> Result<()> {
+    if dir.join(CONFIG_FILE).exists() {
+        return Err(Error::Io(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            format!("{} already holds a cloakfs volume", dir.display()),
+        )));
+    }
+    match std::fs::read_dir(dir) {
+        Ok(mut entries) => {
+            if entries.next().is_some() {
+                return Err(Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::DirectoryNotEmpty,
+                    format!("{} is not empty", dir.display()),
+                )));
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(dir)?;
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
