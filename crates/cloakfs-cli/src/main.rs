@@ -1,1 +1,86 @@
-fn main(){}
+//! The `cloakfs` command: wires the core library and the FUSE front end together.
+
+mod cli;
+mod commands;
+mod daemon;
+mod failure;
+mod logging;
+mod mount_options;
+mod secret_input;
+
+use clap::Parser;
+use cli::{Cli, Command};
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+const SUBCOMMANDS: &[&str] = &["init", "mount", "unmount", "umount", "info", "help"];
+
+/// mount(8) runs `mount.cloakfs CIPHERDIR MOUNTPOINT -o OPTS` and mount.fuse3 runs
+/// `cloakfs CIPHERDIR MOUNTPOINT -o OPTS`: both mean `cloakfs mount ...`.
+fn normalize_args(mut args: Vec<OsString>) -> Vec<OsString> {
+    let prog = args
+        .first()
+        .and_then(|a| std::path::Path::new(a).file_name().map(|n| n.to_os_string()))
+        .unwrap_or_default();
+    let as_mount_helper = prog.to_string_lossy().starts_with("mount.");
+    let first = args.get(1).map(|a| a.to_string_lossy().into_owned());
+    let is_path_like = first
+        .as_deref()
+        .is_some_and(|f| !f.starts_with('-') && !SUBCOMMANDS.contains(&f));
+    if as_mount_helper || is_path_like {
+        args.insert(1, "mount".into());
+    }
+    args
+}
+
+fn main() -> ExitCode {
+    daemon::ensure_std_streams();
+    logging::init();
+    let args = normalize_args(std::env::args_os().collect());
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { failure::code::USAGE } else { 0 });
+        }
+    };
+    let result = match cli.command {
+        Command::Init(a) => commands::init::run(a),
+        Command::Mount(a) => commands::mount::run(a),
+        Command::Unmount(a) => commands::unmount::run(a),
+        Command::Info(a) => commands::info::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("cloakfs: {f}");
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(a: &[&str]) -> Vec<OsString> {
+        a.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn mount_helper_forms() {
+        assert_eq!(
+            normalize_args(v(&["cloakfs", "/c", "/m", "-o", "ro"])),
+            v(&["cloakfs", "mount", "/c", "/m", "-o", "ro"])
+        );
+        assert_eq!(
+            normalize_args(v(&["/sbin/mount.cloakfs", "/c", "/m"])),
+            v(&["/sbin/mount.cloakfs", "mount", "/c", "/m"])
+        );
+        assert_eq!(
+            normalize_args(v(&["cloakfs", "init", "/c"])),
+            v(&["cloakfs", "init", "/c"])
+        );
+        assert_eq!(normalize_args(v(&["cloakfs", "--help"])), v(&["cloakfs", "--help"]));
+    }
+}

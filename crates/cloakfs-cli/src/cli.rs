@@ -1,0 +1,102 @@
+//! Command-line definitions.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+/// A transparent encrypting file system: a plaintext view of an encrypted directory.
+#[derive(Debug, Parser)]
+#[command(name = "cloakfs", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create a new volume in an empty (or missing) directory.
+    Init(InitArgs),
+    /// Unlock a volume and mount its plaintext view.
+    Mount(MountArgs),
+    /// Unmount a plaintext view (flushes everything first).
+    #[command(alias = "umount")]
+    Unmount(UnmountArgs),
+    /// Show a volume's format, ciphers and key slots (no secret needed).
+    Info(InfoArgs),
+}
+
+/// Where the volume's passphrase comes from (default: prompt on the terminal).
+#[derive(Debug, Args, Default, Clone)]
+pub struct SecretArgs {
+    /// Read the passphrase from the first line of FILE ("-" for standard input).
+    #[arg(long, value_name = "FILE", conflicts_with = "extpass")]
+    pub passfile: Option<PathBuf>,
+    /// Run CMD with /bin/sh and use the first line it prints as the passphrase.
+    #[arg(long, value_name = "CMD")]
+    pub extpass: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    #[command(flatten)]
+    pub secret: SecretArgs,
+    /// Content cipher.
+    #[arg(long, default_value = "aes-256-gcm", value_parser = ["aes-256-gcm", "xchacha20-poly1305"])]
+    pub cipher: String,
+    /// Treat all-zero blocks as tampering instead of holes (sparse files then take space).
+    #[arg(long)]
+    pub strict_holes: bool,
+    /// Longest encrypted name stored as is (62..255); shorten for cloud storage limits.
+    #[arg(long, default_value_t = 255, value_name = "N")]
+    pub long_name_max: usize,
+    /// Target time for one Argon2id derivation, in milliseconds (calibrated here).
+    #[arg(long, default_value_t = 500, value_name = "MS")]
+    pub kdf_time: u64,
+    /// Argon2id memory in KiB (skips calibration; default 65536 when iterations are given).
+    #[arg(long, value_name = "KIB")]
+    pub kdf_memory: Option<u32>,
+    /// Argon2id iterations (skips calibration).
+    #[arg(long, value_name = "N")]
+    pub kdf_iterations: Option<u32>,
+    /// The directory that will hold the ciphertext.
+    pub cipherdir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct MountArgs {
+    #[command(flatten)]
+    pub secret: SecretArgs,
+    /// Stay in the foreground (log to standard error) instead of daemonizing.
+    #[arg(short, long)]
+    pub foreground: bool,
+    /// Mount options, comma separated (ro, allow_other, noexec, passfile=F, ...); repeatable.
+    #[arg(short = 'o', value_name = "OPTIONS", action = clap::ArgAction::Append)]
+    pub options: Vec<String>,
+    /// Worker threads serving the file system.
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+    /// Seconds the kernel may cache attributes and names.
+    #[arg(long, value_name = "SECS")]
+    pub cache_timeout: Option<f64>,
+    /// Append the daemon's log to FILE (default: syslog when daemonized).
+    #[arg(long, value_name = "FILE")]
+    pub log_file: Option<PathBuf>,
+    /// The volume's cipher directory.
+    pub cipherdir: PathBuf,
+    /// Where the plaintext view appears.
+    pub mountpoint: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct UnmountArgs {
+    /// Detach now even if busy; the file system goes away when no longer used.
+    #[arg(short = 'z', long)]
+    pub lazy: bool,
+    /// The mount point.
+    pub mountpoint: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct InfoArgs {
+    /// The volume's cipher directory (or its config file).
+    pub cipherdir: PathBuf,
+}

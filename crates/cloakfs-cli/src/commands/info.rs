@@ -1,0 +1,35 @@
+//! `cloakfs info`: show what a volume is made of, without any secret.
+
+use crate::cli::InfoArgs;
+use crate::failure::Result;
+use cloakfs_core::config::{config_path, VolumeConfig, FORMAT_VERSION};
+
+pub fn run(args: InfoArgs) -> Result<()> {
+    let c = VolumeConfig::load(&args.cipherdir)?;
+    let p = &c.params;
+    println!("config:          {}", config_path(&args.cipherdir).display());
+    println!("format version:  {FORMAT_VERSION}");
+    println!("content cipher:  {}", p.content.name());
+    println!("name cipher:     aes-256-siv");
+    println!("block size:      {} bytes", p.block_size);
+    println!(
+        "holes:           {}",
+        if p.strict_holes { "strict" } else { "sparse" }
+    );
+    println!("long name max:   {}", p.long_name_max);
+    println!("key slots:       {}", c.slots().len());
+    for s in c.slots() {
+        let mut line = format!("  slot {}: {}", s.id(), s.kind());
+        if let Ok(a) = s.argon2() {
+            line.push_str(&format!(
+                " (argon2id m={} KiB t={} p={})",
+                a.memory_kib, a.iterations, a.lanes
+            ));
+        }
+        if !s.label().is_empty() {
+            line.push_str(&format!(" label {:?}", s.label()));
+        }
+        println!("{line}");
+    }
+    Ok(())
+}

@@ -1,0 +1,72 @@
+//! `cloakfs init`: create a volume.
+
+use crate::cli::InitArgs;
+use crate::failure::{Failure, Result};
+use crate::secret_input::{read_passphrase, Confirm};
+use cloakfs_core::config::VolumeParams;
+use cloakfs_core::content::ContentSuite;
+use cloakfs_core::kdf::{Argon2Params, DEFAULT_MEMORY_KIB};
+use cloakfs_core::names::{LONG_NAME_MAX_DEFAULT, LONG_NAME_MAX_MIN};
+use cloakfs_core::Volume;
+use std::time::Duration;
+
+pub fn run(args: InitArgs) -> Result<()> {
+    if !(LONG_NAME_MAX_MIN..=LONG_NAME_MAX_DEFAULT).contains(&args.long_name_max) {
+        return Err(Failure::usage(format!(
+            "--long-name-max must be {LONG_NAME_MAX_MIN}..{LONG_NAME_MAX_DEFAULT}"
+        )));
+    }
+    let mut params = VolumeParams::new();
+    params.content = ContentSuite::from_name(&args.cipher).expect("clap checked the name");
+    params.strict_holes = args.strict_holes;
+    params.long_name_max = args.long_name_max;
+    // Refuse before asking for a passphrase.
+    precheck(&args.cipherdir)?;
+    let pass = read_passphrase(&args.secret, "New passphrase: ", Confirm::Twice)?;
+    let kdf = match (args.kdf_memory, args.kdf_iterations) {
+        (None, None) => Argon2Params::calibrate(Duration::from_millis(args.kdf_time)),
+        (m, t) => Argon2Params {
+            memory_kib: m.unwrap_or(DEFAULT_MEMORY_KIB),
+            iterations: t.unwrap_or(3),
+            lanes: 1,
+        },
+    };
+    kdf.validate()
+        .map_err(|e| Failure::usage(format!("KDF parameters: {e}")))?;
+    Volume::create(&args.cipherdir, params.clone(), &pass, kdf)?;
+    println!(
+        "Created cloakfs volume in {} ({}, {} KiB blocks, Argon2id m={} MiB t={}).",
+        args.cipherdir.display(),
+        params.content.name(),
+        params.block_size / 1024,
+        kdf.memory_kib / 1024,
+        kdf.iterations
+    );
+    println!(
+        "Mount it with: cloakfs mount {} MOUNTPOINT",
+        args.cipherdir.display()
+    );
+    Ok(())
+}
+
+fn precheck(dir: &std::path::Path) -> Result<()> {
+    if dir.join(cloakfs_core::config::CONFIG_FILE).exists() {
+        return Err(Failure::new(
+            crate::failure::code::VOLUME,
+            format!("{} already holds a cloakfs volume", dir.display()),
+        ));
+    }
+    match std::fs::read_dir(dir).map(|mut it| it.next().is_some()) {
+        Ok(true) => Err(Failure::usage(format!(
+            "{} is not empty: a volume must start in an empty directory",
+            dir.display()
+        ))),
+        Ok(false) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => Err(Failure::usage(format!(
+            "{} is not a directory",
+            dir.display()
+        ))),
+        Err(e) => Err(Failure::other(format!("{}: {e}", dir.display()))),
+    }
+}

@@ -1,0 +1,143 @@
+//! `cloakfs mount` (and the `cloakfs CIPHERDIR MOUNTPOINT -o ...` form that mount.fuse3 runs).
+
+use crate::cli::{MountArgs, SecretArgs};
+use crate::daemon;
+use crate::failure::{code, Failure, Result};
+use crate::logging;
+use crate::mount_options;
+use crate::secret_input::{read_passphrase, Confirm};
+use cloakfs_core::config::VolumeConfig;
+use cloakfs_core::Volume;
+use cloakfs_fuse::MountOptions;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub fn run(args: MountArgs) -> Result<()> {
+    let o = mount_options::parse(&args.options)?;
+    let cipherdir = absolute_dir(&args.cipherdir, "cipher directory")?;
+    let mountpoint = absolute_dir(&args.mountpoint, "mount point")?;
+    // Fail on everything checkable before asking for the passphrase.
+    VolumeConfig::load(&cipherdir)?;
+    if mountpoint.starts_with(&cipherdir) {
+        return Err(Failure::usage(
+            "the mount point may not lie inside the cipher directory",
+        ));
+    }
+    if !o.nonempty && dir_has_entries(&mountpoint)? {
+        return Err(Failure::mount(format!(
+            "mount point {} is not empty (use -o nonempty to mount over it anyway)",
+            mountpoint.display()
+        )));
+    }
+    check_fuse_available()?;
+
+    let secret = SecretArgs {
+        passfile: args.secret.passfile.clone().or(o.passfile.clone()),
+        extpass: args.secret.extpass.clone().or(o.extpass.clone()),
+    };
+    let pass = read_passphrase(&secret, "Passphrase: ", Confirm::Once)?;
+    let volume = Volume::unlock(&cipherdir, &pass)?;
+    drop(pass);
+    cloakfs_core::secret::harden_process();
+
+    let mut mo = MountOptions::new(&cipherdir);
+    mo.read_only = o.read_only;
+    mo.allow_other = o.allow_other;
+    mo.allow_root = o.allow_root;
+    mo.default_permissions = o.default_permissions;
+    mo.kernel_options = o.kernel.clone();
+    if let Some(n) = o.fsname.clone() {
+        mo.fsname = n;
+    }
+    if let Some(t) = args.threads.or(o.threads) {
+        mo.threads = t;
+    }
+    if let Some(t) = args.cache_timeout.or(o.cache_timeout) {
+        mo.cache_timeout = Duration::from_secs_f64(t);
+    }
+    let mounted = cloakfs_fuse::mount(volume, &cipherdir, &mountpoint, &mo).map_err(|e| {
+        Failure::mount(format!("cannot mount on {}: {e}", mountpoint.display()))
+    })?;
+
+    let log_file = args.log_file.clone().or(o.log_file.clone());
+    if let Some(path) = &log_file {
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| Failure::other(format!("log file {}: {e}", path.display())))?;
+        logging::redirect(Some(f));
+    }
+    if !(args.foreground || o.foreground) {
+        daemon::daemonize()?;
+        if log_file.is_none() {
+            logging::redirect(None);
+        }
+    }
+    tracing::info!("serving {} on {}", cipherdir.display(), mountpoint.display());
+    mounted
+        .run()
+        .map_err(|e| Failure::mount(format!("file system session ended with an error: {e}")))?;
+    sync_dir(&cipherdir);
+    Ok(())
+}
+
+fn absolute_dir(p: &Path, what: &str) -> Result<PathBuf> {
+    let abs = std::fs::canonicalize(p).map_err(|e| {
+        let code = if what == "mount point" { code::MOUNT } else { code::VOLUME };
+        Failure::new(code, format!("{what} {}: {e}", p.display()))
+    })?;
+    if !abs.is_dir() {
+        return Err(Failure::usage(format!(
+            "{what} {} is not a directory",
+            p.display()
+        )));
+    }
+    Ok(abs)
+}
+
+fn dir_has_entries(p: &Path) -> Result<bool> {
+    Ok(std::fs::read_dir(p)
+        .map_err(|e| Failure::mount(format!("mount point {}: {e}", p.display())))?
+        .next()
+        .is_some())
+}
+
+/// Clear errors for the two usual reasons FUSE cannot work here.
+fn check_fuse_available() -> Result<()> {
+    if !Path::new("/dev/fuse").exists() {
+        return Err(Failure::mount(
+            "/dev/fuse is missing: load the fuse kernel module (modprobe fuse)",
+        ));
+    }
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root && find_in_path("fusermount3").is_none() {
+        return Err(Failure::mount(
+            "fusermount3 not found: install the fuse3 package (needed to mount without root)",
+        ));
+    }
+    Ok(())
+}
+
+fn find_in_path(prog: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/bin"), PathBuf::from("/bin")])
+        .map(|d| d.join(prog))
+        .find(|p| {
+            use std::os::unix::fs::PermissionsExt;
+            p.metadata()
+                .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+                .unwrap_or(false)
+        })
+}
+
+/// Makes what the daemon wrote durable before it exits (best effort).
+fn sync_dir(dir: &Path) {
+    if let Ok(f) = std::fs::File::open(dir) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: syncfs on a valid open descriptor.
+        unsafe { libc::syncfs(f.as_raw_fd()) };
+    }
+}

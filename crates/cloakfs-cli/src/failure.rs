@@ -1,0 +1,74 @@
+//! Failures and the exit codes they map to (documented in the README).
+
+use std::fmt;
+
+/// Exit codes of the `cloakfs` command.
+pub mod code {
+    /// Wrong passphrase or key.
+    pub const WRONG_SECRET: u8 = 1;
+    /// Bad command line (clap uses 2 as well).
+    pub const USAGE: u8 = 2;
+    /// No volume, or its config is damaged, tampered with or of an unknown version.
+    pub const VOLUME: u8 = 3;
+    /// The mount failed (mount point, /dev/fuse, fusermount3, kernel).
+    pub const MOUNT: u8 = 4;
+    /// Any other error (I/O, permissions, ...).
+    pub const OTHER: u8 = 5;
+}
+
+/// An error with the exit code it should produce. Shown as one line.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: u8,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(code: u8, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn usage(message: impl Into<String>) -> Self {
+        Self::new(code::USAGE, message)
+    }
+
+    pub fn mount(message: impl Into<String>) -> Self {
+        Self::new(code::MOUNT, message)
+    }
+
+    pub fn other(message: impl Into<String>) -> Self {
+        Self::new(code::OTHER, message)
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<cloakfs_core::Error> for Failure {
+    fn from(e: cloakfs_core::Error) -> Self {
+        use cloakfs_core::Error as E;
+        let code = match &e {
+            E::WrongSecret => code::WRONG_SECRET,
+            E::NotAVolume(..)
+            | E::ConfigDamaged(_)
+            | E::ConfigTampered
+            | E::UnsupportedVersion { .. } => code::VOLUME,
+            _ => code::OTHER,
+        };
+        Self::new(code, e.to_string())
+    }
+}
+
+impl From<std::io::Error> for Failure {
+    fn from(e: std::io::Error) -> Self {
+        Self::other(e.to_string())
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Failure>;

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what building and testing cloakfs needs on Debian 12 (run as root, idempotent).
+set -euo pipefail
+pkgs=(fuse3 libfuse3-dev attr acl pkg-config python3 python3-pip)
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q
+    apt-get install -y -q "${missing[@]}"
+fi
+# The independent decryptor (tests/independent) is written in Python from docs/FORMAT.md.
+if ! python3 -c 'import cryptography, argon2' 2>/dev/null; then
+    python3 -m pip install -q cryptography argon2-cffi 2>/dev/null \
+        || python3 -m pip install -q --break-system-packages cryptography argon2-cffi
+fi
+if ! command -v cargo >/dev/null; then
+    echo "cargo not found: install Rust (https://rustup.rs) first" >&2
+    exit 1
+fi
