@@ -73,7 +73,11 @@ impl VolumeParams {
         f.insert("name_cipher".into(), "aes-256-siv".into());
         f.insert("block_size".into(), self.block_size.to_string());
         f.insert("long_name_max".into(), self.long_name_max.to_string());
-        let holes = if self.strict_holes { "strict" } else { "sparse" };
+        let holes = if self.strict_holes {
+            "strict"
+        } else {
+            "sparse"
+        };
         f.insert("holes".into(), holes.into());
         f
     }
@@ -125,7 +129,11 @@ impl VolumeParams {
         let strict_holes = match get(f, "holes")? {
             "sparse" => false,
             "strict" => true,
-            other => return Err(Error::ConfigDamaged(format!("unknown holes mode {other:?}"))),
+            other => {
+                return Err(Error::ConfigDamaged(format!(
+                    "unknown holes mode {other:?}"
+                )))
+            }
         };
         Ok(Self {
             volume_id: parse_b64(f, "volume_id")?,
@@ -202,6 +210,13 @@ impl KeySlot {
 
     /// The Argon2id parameters of a passphrase slot.
     pub fn argon2(&self) -> Result<Argon2Params> {
+        let kdf = get(&self.fields, "kdf")?;
+        if kdf != "argon2id" {
+            return Err(Error::ConfigDamaged(format!(
+                "unknown kdf {kdf:?} in slot {}",
+                self.id()
+            )));
+        }
         let p = Argon2Params {
             memory_kib: parse_num(&self.fields, "argon2_memory_kib")?,
             iterations: parse_num(&self.fields, "argon2_iterations")?,
@@ -222,7 +237,13 @@ impl KeySlot {
     }
 
     /// Wraps `mk` under `kek` into this slot's `wrapped` field: nonce(12) || ct(32) || tag(16).
-    fn wrap(&mut self, volume_id: &[u8; 16], kek: &SecretBytes<32>, mk: &MasterKey, nonce: [u8; 12]) {
+    fn wrap(
+        &mut self,
+        volume_id: &[u8; 16],
+        kek: &SecretBytes<32>,
+        mk: &MasterKey,
+        nonce: [u8; 12],
+    ) {
         let aad = self.wrap_aad(volume_id);
         let mut buf = SecretBytes::<KEY_LEN>::from_slice(mk.expose());
         let tag = Aes256Gcm::new(kek.expose().into())
@@ -304,7 +325,11 @@ impl VolumeConfig {
     }
 
     fn next_slot_id(&self) -> u32 {
-        self.slots.iter().map(KeySlot::id).max().map_or(1, |m| m + 1)
+        self.slots
+            .iter()
+            .map(KeySlot::id)
+            .max()
+            .map_or(1, |m| m + 1)
     }
 
     /// Adds a passphrase slot wrapping `mk`; returns its ID. Call [`VolumeConfig::seal`] after.
@@ -317,7 +342,9 @@ impl VolumeConfig {
         rnd: SlotRandomness,
     ) -> Result<u32> {
         if label.contains(['\n', '\0']) {
-            return Err(Error::ConfigDamaged("slot label may not contain newlines".into()));
+            return Err(Error::ConfigDamaged(
+                "slot label may not contain newlines".into(),
+            ));
         }
         let id = self.next_slot_id();
         let mut fields = Fields::new();
@@ -407,7 +434,9 @@ impl VolumeConfig {
             cloakfs: CONFIG_VERSION,
             volume: self.params.to_fields(),
             slots: self.slots.iter().map(|s| s.fields.clone()).collect(),
-            mac: b64(&self.mac.expect("config must be sealed before it is written")),
+            mac: b64(&self
+                .mac
+                .expect("config must be sealed before it is written")),
         };
         let mut s = serde_json::to_string_pretty(&file).expect("string maps serialize");
         s.push('\n');
@@ -430,8 +459,8 @@ impl VolumeConfig {
             }
             None => return Err(Error::ConfigDamaged("missing \"cloakfs\" version".into())),
         }
-        let file: ConfigFile = serde_json::from_value(value)
-            .map_err(|e| Error::ConfigDamaged(e.to_string()))?;
+        let file: ConfigFile =
+            serde_json::from_value(value).map_err(|e| Error::ConfigDamaged(e.to_string()))?;
         for f in std::iter::once(&file.volume).chain(file.slots.iter()) {
             check_fields(f)?;
         }
@@ -442,7 +471,10 @@ impl VolumeConfig {
             let _: u32 = parse_num(&slot.fields, "id")?;
             get(&slot.fields, "kind")?;
             if slots.iter().any(|s: &KeySlot| s.id() == slot.id()) {
-                return Err(Error::ConfigDamaged(format!("duplicate slot id {}", slot.id())));
+                return Err(Error::ConfigDamaged(format!(
+                    "duplicate slot id {}",
+                    slot.id()
+                )));
             }
             slots.push(slot);
         }
@@ -483,7 +515,9 @@ impl VolumeConfig {
         let dir = file.parent().unwrap_or(Path::new("."));
         let tmp = dir.join(format!(
             "{}.tmp.{}",
-            file.file_name().and_then(|n| n.to_str()).unwrap_or(CONFIG_FILE),
+            file.file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or(CONFIG_FILE),
             std::process::id()
         ));
         let result = (|| -> Result<()> {
@@ -516,8 +550,7 @@ pub fn config_path(path: &Path) -> std::path::PathBuf {
 fn check_fields(f: &Fields) -> Result<()> {
     for (k, v) in f {
         let key_ok = !k.is_empty()
-            && k
-                .bytes()
+            && k.bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
         if !key_ok || v.contains(['\n', '\0']) {
             return Err(Error::ConfigDamaged(format!("malformed field {k:?}")));
@@ -578,9 +611,10 @@ mod tests {
     #[test]
     fn changed_kdf_parameter_is_refused() {
         let (c, _) = make();
-        let json = c
-            .to_json()
-            .replace("\"argon2_iterations\": \"1\"", "\"argon2_iterations\": \"2\"");
+        let json = c.to_json().replace(
+            "\"argon2_iterations\": \"1\"",
+            "\"argon2_iterations\": \"2\"",
+        );
         let parsed = VolumeConfig::parse(&json).unwrap();
         assert!(parsed
             .unlock_passphrase(&Passphrase::new(b"correct horse".to_vec()))

@@ -173,6 +173,7 @@ impl ContentCodec {
             id,
             aead,
             nonce_len: self.suite.nonce_len(),
+            full_block: self.layout.cipher_block_size() as usize,
             strict_holes: self.strict_holes,
         }
     }
@@ -188,12 +189,15 @@ pub struct FileCipher {
     id: FileId,
     aead: Aead,
     nonce_len: usize,
+    full_block: usize,
     strict_holes: bool,
 }
 
 impl std::fmt::Debug for FileCipher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FileCipher").field("id", &self.id).finish_non_exhaustive()
+        f.debug_struct("FileCipher")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
     }
 }
 
@@ -240,16 +244,17 @@ impl FileCipher {
     }
 
     /// Opens sealed block `block` from `sealed` into `out` (`sealed.len() - overhead` bytes).
-    /// An all-zero `sealed` is a hole and yields zeros, unless the volume is strict.
+    /// An all-zero full-size `sealed` is a hole and yields zeros, unless the volume is strict.
+    /// A short (last) block is never a hole: writers always seal it.
     pub fn open(&self, block: u64, sealed: &[u8], out: &mut [u8]) -> Result<()> {
         let n = self.nonce_len;
         if sealed.len() <= n + TAG_LEN || out.len() != sealed.len() - n - TAG_LEN {
             return Err(Error::Tampered(format!("block {block} truncated")));
         }
         if sealed[..n].iter().all(|&b| b == 0) && sealed.iter().all(|&b| b == 0) {
-            if self.strict_holes {
+            if self.strict_holes || sealed.len() != self.full_block {
                 return Err(Error::Tampered(format!(
-                    "block {block} is all zeros (strict volume)"
+                    "block {block} is all zeros (not a hole here)"
                 )));
             }
             out.fill(0);
@@ -316,11 +321,18 @@ mod tests {
         assert!(out.iter().all(|&b| b == 0));
         let s = codec(ContentSuite::Aes256Gcm, true).file_cipher(FileId([1; 16]));
         assert!(s.open(0, &zero, &mut out).is_err());
+        let short = vec![0u8; 100 + 28];
+        assert!(
+            c.open(0, &short, &mut out[..100]).is_err(),
+            "short blocks are never holes"
+        );
     }
 
     #[test]
     fn header_versions() {
-        let h = FileHeader { id: FileId([9; 16]) };
+        let h = FileHeader {
+            id: FileId([9; 16]),
+        };
         assert_eq!(FileHeader::parse(&h.to_bytes()).unwrap(), h);
         let mut b = h.to_bytes();
         b[1] = 2;

@@ -188,7 +188,8 @@ impl ContentFile {
                 let we = (end.min(b_off + bs) - b_off) as usize;
                 let (dst, tail) = std::mem::take(&mut rest_out).split_at_mut(new_len + overhead);
                 rest_out = tail;
-                let src = &data[(b_off + ws as u64 - off) as usize..(b_off + we as u64 - off) as usize];
+                let src =
+                    &data[(b_off + ws as u64 - off) as usize..(b_off + we as u64 - off) as usize];
                 if old_len > 0 && (ws > 0 || we < old_len) {
                     PLAIN.with_borrow_mut(|plain| -> Result<()> {
                         plain.resize(new_len, 0);
@@ -293,7 +294,10 @@ impl ContentFile {
         )
         .or_else(|e| {
             // Without hole punching in the backing file system, write zeros ourselves.
-            if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS)) {
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS)
+            ) {
                 let zeros = vec![0u8; (c1 - c0).min(1 << 20) as usize];
                 let mut pos = c0;
                 while pos < c1 {
@@ -591,7 +595,10 @@ mod tests {
     fn tamper_is_detected() {
         let (f, t) = new_file(false);
         f.write_at(0, &[7u8; 9000]).unwrap();
-        let raw = std::fs::OpenOptions::new().write(true).open(t.path()).unwrap();
+        let raw = std::fs::OpenOptions::new()
+            .write(true)
+            .open(t.path())
+            .unwrap();
         raw.write_all_at(&[0xff], 18 + 4124 + 40).unwrap();
         let mut buf = vec![0u8; 9000];
         assert!(f.read_at(0, &mut buf).is_err());
@@ -619,7 +626,10 @@ mod tests {
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            (0u64..40_000, proptest::collection::vec(any::<u8>(), 1..9000))
+            (
+                0u64..40_000,
+                proptest::collection::vec(any::<u8>(), 1..9000)
+            )
                 .prop_map(|(o, d)| Op::Write(o, d)),
             (0u64..40_000).prop_map(Op::Truncate),
             (0u64..45_000, 1usize..20_000).prop_map(|(o, l)| Op::Read(o, l)),

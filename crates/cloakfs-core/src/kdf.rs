@@ -57,7 +57,11 @@ impl Argon2Params {
             lanes: 1,
         };
         let start = Instant::now();
-        let _ = derive(&Passphrase::new(b"calibration".to_vec()), &[0u8; SALT_LEN], &probe);
+        let _ = derive(
+            &Passphrase::new(b"calibration".to_vec()),
+            &[0u8; SALT_LEN],
+            &probe,
+        );
         let one = start.elapsed().as_secs_f64().max(1e-4);
         let iterations = ((target.as_secs_f64() / one).round() as u32).clamp(2, MAX_ITERATIONS);
         Self {

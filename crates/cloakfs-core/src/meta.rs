@@ -89,8 +89,8 @@ impl MetaCodec {
 
     /// The plaintext target of a backing symlink target.
     pub fn decrypt_symlink(&self, stored: &[u8]) -> Result<Vec<u8>> {
-        let sealed =
-            unb64(stored).ok_or_else(|| Error::Tampered("symlink target is not base64url".into()))?;
+        let sealed = unb64(stored)
+            .ok_or_else(|| Error::Tampered("symlink target is not base64url".into()))?;
         self.open(b"symlink", &sealed, "symlink target")
     }
 
@@ -118,7 +118,10 @@ impl MetaCodec {
         };
         let bad = || Error::Tampered("xattr name does not decrypt".into());
         let sealed = unb64(rest).ok_or_else(bad)?;
-        let plain = self.xattr_names.open_raw(b"xattr", &sealed).ok_or_else(bad)?;
+        let plain = self
+            .xattr_names
+            .open_raw(b"xattr", &sealed)
+            .ok_or_else(bad)?;
         let mut out = USER_XATTR_PREFIX.as_bytes().to_vec();
         out.extend_from_slice(&plain);
         Ok(out)
@@ -173,10 +176,16 @@ mod tests {
         let n = c.encrypt_xattr_name(b"user.secret").unwrap().unwrap();
         assert!(n.starts_with(b"user."));
         assert_eq!(c.decrypt_xattr_name(&n).unwrap(), b"user.secret");
-        assert_eq!(c.encrypt_xattr_name(b"system.posix_acl_access").unwrap(), None);
+        assert_eq!(
+            c.encrypt_xattr_name(b"system.posix_acl_access").unwrap(),
+            None
+        );
         let v = c.encrypt_xattr_value(&n, b"value").unwrap();
         assert_eq!(c.decrypt_xattr_value(&n, &v).unwrap(), b"value");
         let other = c.encrypt_xattr_name(b"user.other").unwrap().unwrap();
-        assert!(c.decrypt_xattr_value(&other, &v).is_err(), "value bound to its name");
+        assert!(
+            c.decrypt_xattr_value(&other, &v).is_err(),
+            "value bound to its name"
+        );
     }
 }

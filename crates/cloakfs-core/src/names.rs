@@ -166,7 +166,33 @@ impl NameCodec {
         }
     }
 
-    /// The plaintext of a full encrypted name found in directory `dir`.
+    /// Whether `full` (an encrypted name) is stored as a long name in this volume. Each name
+    /// has exactly one stored form; the other form is refused, so no name can be listed twice.
+    pub fn is_long(&self, full: &str) -> bool {
+        full.len() > self.long_name_max
+    }
+
+    /// The plaintext of a name stored directly as backing entry `encrypted` in `dir`.
+    pub fn decrypt_short(&self, dir: &DirId, encrypted: &str) -> Result<Vec<u8>> {
+        if self.is_long(encrypted) {
+            return Err(Error::Tampered(
+                "over-long name stored in short form".into(),
+            ));
+        }
+        self.decrypt(dir, encrypted)
+    }
+
+    /// The plaintext of a long name whose sidecar (of long-name entry `backing`) holds `full`.
+    pub fn decrypt_long(&self, dir: &DirId, backing: &str, full: &str) -> Result<Vec<u8>> {
+        if !self.is_long(full) || long_backing_name(full) != backing {
+            return Err(Error::Tampered(
+                "long-name sidecar does not match its entry".into(),
+            ));
+        }
+        self.decrypt(dir, full)
+    }
+
+    /// The plaintext of a full encrypted name found in directory `dir` (either stored form).
     pub fn decrypt(&self, dir: &DirId, encrypted: &str) -> Result<Vec<u8>> {
         let tampered = || Error::Tampered("file name does not decrypt in this directory".into());
         let sealed = unb64(encrypted.as_bytes()).ok_or_else(tampered)?;
@@ -214,7 +240,10 @@ mod tests {
         assert!(matches!(classify(&backing), EntryKind::Long(_)));
         assert_eq!(classify(&sidecar_name(&backing)), EntryKind::Internal);
         assert_eq!(c.decrypt(&d, &full).unwrap(), name);
-        assert!(matches!(c.encrypt(&d, &[b'y'; 256]), Err(Error::NameTooLong)));
+        assert!(matches!(
+            c.encrypt(&d, &[b'y'; 256]),
+            Err(Error::NameTooLong)
+        ));
     }
 
     #[test]

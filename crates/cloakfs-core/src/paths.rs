@@ -71,13 +71,13 @@ pub fn decrypt_entry(
 ) -> Result<Option<Vec<u8>>> {
     match names::classify(entry) {
         names::EntryKind::Internal => Ok(None),
-        names::EntryKind::Encrypted(e) => volume.names().decrypt(dir_id, e).map(Some),
+        names::EntryKind::Encrypted(e) => volume.names().decrypt_short(dir_id, e).map(Some),
         names::EntryKind::Long(b) => {
             let full = std::fs::read_to_string(dir.join(names::sidecar_name(b)))?;
-            if names::long_backing_name(full.trim_end()) != b {
-                return Err(Error::Tampered("long-name sidecar does not match".into()));
-            }
-            volume.names().decrypt(dir_id, full.trim_end()).map(Some)
+            volume
+                .names()
+                .decrypt_long(dir_id, b, full.trim_end())
+                .map(Some)
         }
     }
 }

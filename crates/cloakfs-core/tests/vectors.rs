@@ -1,0 +1,776 @@
+//! Test vectors of the on-disk format, and the committed tiny volume.
+//!
+//! Every value below is computed from fixed inputs with the public core API and compared with
+//! (a) a constant committed in this file and (b) the text of `docs/FORMAT.md`, which must contain
+//! every constant verbatim, so the specification cannot drift from the code.
+//!
+//! The tiny volume in `tests/vectors/volume/` (and its plaintext in
+//! `tests/independent/expected/` at the repository root) is built deterministically by
+//! [`build_volume`]; `cargo test -p cloakfs-core --test vectors -- --ignored generate` rewrites
+//! both. Normal runs rebuild it into a temporary directory and require byte-identical files.
+//!
+//! After a deliberate format change, `PRINT_VECTORS=1 cargo test -p cloakfs-core --test vectors
+//! -- --nocapture` prints the newly computed values, to be pasted here and into FORMAT.md.
+
+use aes_gcm::aead::{AeadInPlace, KeyInit};
+use aes_gcm::Aes256Gcm;
+use cloakfs_core::config::{SlotRandomness, VolumeConfig, VolumeParams, CONFIG_FILE};
+use cloakfs_core::content::{ContentCodec, ContentSuite, FileHeader, FileId};
+use cloakfs_core::encoding::b64;
+use cloakfs_core::file::ContentFile;
+use cloakfs_core::kdf::{self, Argon2Params};
+use cloakfs_core::keys::{label, MasterKey};
+use cloakfs_core::layout::Layout;
+use cloakfs_core::meta::MetaCodec;
+use cloakfs_core::names::{DirId, NameCodec, StoredName, DIRID_FILE};
+use cloakfs_core::paths;
+use cloakfs_core::secret::{Passphrase, SecretBytes};
+use cloakfs_core::Volume;
+use hkdf::Hkdf;
+use hmac::{Hmac, Mac};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+// ---------------------------------------------------------------------------------------------
+// Fixed inputs (FORMAT.md, "Test vectors": "Inputs").
+
+/// `n` bytes counting up from `start` (wrapping).
+fn seq<const N: usize>(start: u8) -> [u8; N] {
+    std::array::from_fn(|i| start.wrapping_add(i as u8))
+}
+
+fn master_key() -> MasterKey {
+    MasterKey::from_bytes(&seq::<32>(0x00))
+}
+fn volume_id() -> [u8; 16] {
+    seq(0xa0)
+}
+fn file_id() -> FileId {
+    FileId(seq(0xf0))
+}
+fn dir_id() -> DirId {
+    DirId(seq(0xd0))
+}
+fn gcm_nonce() -> [u8; 12] {
+    seq(0x60)
+}
+fn xchacha_nonce() -> [u8; 24] {
+    seq(0x70)
+}
+fn symlink_nonce() -> [u8; 12] {
+    seq(0x90)
+}
+fn xattr_nonce() -> [u8; 12] {
+    seq(0xb0)
+}
+fn salt() -> [u8; 32] {
+    seq(0x20)
+}
+fn wrap_nonce() -> [u8; 12] {
+    seq(0x50)
+}
+const PASSPHRASE: &[u8] = b"correct horse battery staple";
+const SLOT_LABEL: &str = "test";
+const ARGON2: Argon2Params = Argon2Params {
+    memory_kib: 64,
+    iterations: 1,
+    lanes: 1,
+};
+const BLOCK_SIZE: u64 = 4096;
+const PARTIAL_PLAIN: &[u8] = b"cloakfs partial block\n";
+const SHORT_NAME: &[u8] = b"hello.txt";
+const SYMLINK_TARGET: &[u8] = b"sub/hello.txt";
+const XATTR_NAME: &[u8] = b"user.comment";
+const XATTR_VALUE: &[u8] = b"a plaintext comment";
+
+/// Plaintext of the full-block vector: byte i = i mod 251.
+fn full_plain() -> Vec<u8> {
+    (0..BLOCK_SIZE as usize).map(|i| (i % 251) as u8).collect()
+}
+
+/// The 200-byte long name: `long-name-` twenty times.
+fn long_name() -> Vec<u8> {
+    b"long-name-".repeat(20)
+}
+
+fn params() -> VolumeParams {
+    VolumeParams {
+        volume_id: volume_id(),
+        content: ContentSuite::Aes256Gcm,
+        block_size: BLOCK_SIZE,
+        long_name_max: 255,
+        strict_holes: false,
+    }
+}
+
+fn config() -> VolumeConfig {
+    let mut c = VolumeConfig::new(params());
+    let rnd = SlotRandomness {
+        salt: salt(),
+        nonce: wrap_nonce(),
+    };
+    c.add_passphrase_slot(
+        &master_key(),
+        &Passphrase::new(PASSPHRASE.to_vec()),
+        ARGON2,
+        SLOT_LABEL,
+        rnd,
+    )
+    .unwrap();
+    c.seal(&master_key());
+    c
+}
+
+// ---------------------------------------------------------------------------------------------
+// Expected values (each must also appear verbatim in docs/FORMAT.md).
+
+const EXPECTED: &[(&str, &str)] = &[
+    ("header", "0001f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff"),
+    ("aad.block0", "f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff0000000000000000"),
+    ("aad.block2", "f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff0000000000000002"),
+    ("block.full.sha256", "66786fe5ef0cb792bf50b44a1d2cf3fb69bf5b90489fa937fea205763a50f137"),
+    ("block.full.head", "606162636465666768696a6bfa4c54726bfbc55ea25473207acaf6c3d1c586f1ff7f6044d33b37d94a7ec281"),
+    ("block.full.tag", "a5d6a2ee4a11986cd64f4c4d7f76d009"),
+    ("block.partial.gcm", "606162636465666768696a6b992139100498b079da3c0b5f1fa694eca3b8fb81806055127fb15fce433d7683bd8023033240"),
+    ("block.partial.xchacha", "707172737475767778797a7b7c7d7e7f8081828384858687fd8079c316f8ac23cc2972e7632c8fd771605489e1cddd1d155d61b1d1d1165e762c66ef8135"),
+    ("argon2id", "39464e7f7f5303adf5498b248a65db4579aef0059cfc1b0c7d46d739ca83801c"),
+    ("slot.aad", "cloakfs slot v1\nvolume_id=oKGio6SlpqeoqaqrrK2urw\nargon2_iterations=1\nargon2_lanes=1\nargon2_memory_kib=64\nid=1\nkdf=argon2id\nkind=passphrase\nlabel=test\nsalt=ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8\n"),
+    ("slot.wrapped", "UFFSU1RVVldYWVpb1voU2D3AB9rVNIZIDeFUNRuYiIhXoE1xMJ2HzN4NCD1pT0H-WGKtDQMzKfXsXTRh"),
+    ("config.mac", "5VjPDtsQG2M2veUljHhApMKr2VyCeQX1qc3wILx-TAo"),
+    ("key.content", "6d756b5d31e7b4dcf816660c544b920f0d110d316fe53e21bf8528476ac50a22"),
+    ("key.names", "c53b6b81e731be7166c02b5b4a2683195ecb651d71bfe33eaf55483d718eca52ddf6e868707b73e72ac7a81f8a16737eace2198ec77622262c377bf41f2011da"),
+    ("key.xattr-names", "910daff5fb0aa7d2e196704f82ab4c95add417ecea09b006851d22d44123cc0ec83e321ffecddb0db53b98291b32cc5ab6b2d90ed6d8938963fd9f9482a7cee6"),
+    ("key.metadata", "af616f8f1301e176c1646251759231bb2aa8afc6ce8a398ea58553636ffd5b62"),
+    ("key.config-mac", "79a34790abde1d9032db71316c5355ad9ef3e21148692125abe29382cd5698ee"),
+    ("key.file", "408ab56ad7d4d1e160cbee9c5d4e8a72c7f72f6531541126a737621285836d3a"),
+    ("name.dir", "j8Fm8j60YkFpxxHCLFWXK4D5aMmXQgFhNQ"),
+    ("name.root", "0E4FfUCvsyzG0GugiOywBRWmBxXcc69hLg"),
+    ("name.long.full", "-rd-ATICX8g5obgCqyyBbWBYnejV6GlMLPIldB-FVdoyo7GMtfS4Dz49C1HwNh23GU5v9ZlP3kJ3c1OB0VYG9ZGx5uB2idehgcXnckvhpZJYzeCb0WxzZFoRlvyyEBQSPA_eSGF4m_gPIZy1Lrx7_VADRT9t8AJ2oUjXS5ChOsoQ7ilRfXMawLOLBxTDhUjpgR0mX2-W1xR9qcX-YwnCeSI5-cMP2Fy8YUJTQzqRiXwLhMTUaU4VIGQULD0GvVYSF1ZUcA-4zCCdgltJUYJiii6wGBnXPuSv"),
+    ("name.long.backing", "cloakfs.long.F26UnOr5oBYWRfDTJf4m4eGy3u0XMsLTmV8oerWz2kE"),
+    ("symlink", "kJGSk5SVlpeYmZqbGy3JtWV6d0TDyyYpZrHb5T15ZbGtRh4b9RHCvTI"),
+    ("xattr.name", "user.ktqbu3OlLXEsrBpiOowSBHmufY0UbTE"),
+    ("xattr.value", "b0b1b2b3b4b5b6b7b8b9babba1702c8a45ef391ff135881d5daf5c66934d06867ff71665beb0bd0fca43837b0428f7"),
+];
+
+const EXPECTED_CANONICAL: &str = r#"cloakfs config v1
+volume.block_size=4096
+volume.content_cipher=aes-256-gcm
+volume.format_version=1
+volume.holes=sparse
+volume.long_name_max=255
+volume.name_cipher=aes-256-siv
+volume.volume_id=oKGio6SlpqeoqaqrrK2urw
+slot.0.argon2_iterations=1
+slot.0.argon2_lanes=1
+slot.0.argon2_memory_kib=64
+slot.0.id=1
+slot.0.kdf=argon2id
+slot.0.kind=passphrase
+slot.0.label=test
+slot.0.salt=ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8
+slot.0.wrapped=UFFSU1RVVldYWVpb1voU2D3AB9rVNIZIDeFUNRuYiIhXoE1xMJ2HzN4NCD1pT0H-WGKtDQMzKfXsXTRh
+"#;
+
+const EXPECTED_CONFIG_JSON: &str = r#"{
+  "cloakfs": 1,
+  "volume": {
+    "block_size": "4096",
+    "content_cipher": "aes-256-gcm",
+    "format_version": "1",
+    "holes": "sparse",
+    "long_name_max": "255",
+    "name_cipher": "aes-256-siv",
+    "volume_id": "oKGio6SlpqeoqaqrrK2urw"
+  },
+  "slots": [
+    {
+      "argon2_iterations": "1",
+      "argon2_lanes": "1",
+      "argon2_memory_kib": "64",
+      "id": "1",
+      "kdf": "argon2id",
+      "kind": "passphrase",
+      "label": "test",
+      "salt": "ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8",
+      "wrapped": "UFFSU1RVVldYWVpb1voU2D3AB9rVNIZIDeFUNRuYiIhXoE1xMJ2HzN4NCD1pT0H-WGKtDQMzKfXsXTRh"
+    }
+  ],
+  "mac": "5VjPDtsQG2M2veUljHhApMKr2VyCeQX1qc3wILx-TAo"
+}
+"#;
+
+// ---------------------------------------------------------------------------------------------
+// Helpers.
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn format_md() -> String {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/FORMAT.md");
+    fs::read_to_string(&p).unwrap_or_else(|e| panic!("reading {}: {e}", p.display()))
+}
+
+/// Compares computed vectors with `EXPECTED` and with the text of FORMAT.md.
+fn check(computed: &[(&str, String)]) {
+    let doc = format_md();
+    let expected: BTreeMap<&str, &str> = EXPECTED.iter().copied().collect();
+    let mut failures = Vec::new();
+    if std::env::var_os("PRINT_VECTORS").is_some() {
+        for (name, value) in computed {
+            eprintln!("VEC ({name:?}, {value:?}),");
+        }
+    }
+    for (name, value) in computed {
+        match expected.get(name) {
+            Some(e) if e == value => {}
+            Some(e) => failures.push(format!("{name}: computed {value}, committed {e}")),
+            None => failures.push(format!("{name}: no committed value; computed {value}")),
+        }
+        if !doc.contains(value.as_str()) {
+            failures.push(format!(
+                "{name}: value {value} does not appear in docs/FORMAT.md"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+fn hkdf(ikm: &[u8], salt: Option<&[u8]>, info: &[u8], len: usize) -> Vec<u8> {
+    let mut out = vec![0u8; len];
+    Hkdf::<Sha256>::new(salt, ikm)
+        .expand(info, &mut out)
+        .unwrap();
+    out
+}
+
+fn content_codec(suite: ContentSuite) -> ContentCodec {
+    let key = master_key().subkey(&volume_id(), label::CONTENT);
+    ContentCodec::new(suite, BLOCK_SIZE, false, key)
+}
+
+fn name_codec() -> NameCodec {
+    NameCodec::new(master_key().subkey(&volume_id(), label::NAMES), 255)
+}
+
+fn meta_codec() -> MetaCodec {
+    let mk = master_key();
+    MetaCodec::new(
+        mk.subkey(&volume_id(), label::METADATA),
+        mk.subkey(&volume_id(), label::XATTR_NAMES),
+    )
+}
+
+fn seal(suite: ContentSuite, block: u64, nonce: &[u8], plain: &[u8]) -> Vec<u8> {
+    let cipher = content_codec(suite).file_cipher(file_id());
+    let mut out = vec![0u8; plain.len() + suite.overhead() as usize];
+    cipher.seal_with_nonce(block, nonce, plain, &mut out);
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// Vector tests.
+
+#[test]
+fn inputs_are_documented() {
+    let doc = format_md();
+    let inputs = [
+        hex(master_key().expose()),
+        hex(&volume_id()),
+        b64(&volume_id()),
+        hex(&file_id().0),
+        hex(&dir_id().0),
+        hex(&gcm_nonce()),
+        hex(&xchacha_nonce()),
+        hex(&symlink_nonce()),
+        hex(&xattr_nonce()),
+        hex(&salt()),
+        hex(&wrap_nonce()),
+        String::from_utf8(PASSPHRASE.to_vec()).unwrap(),
+    ];
+    for i in inputs {
+        assert!(doc.contains(&i), "input {i} is not in docs/FORMAT.md");
+    }
+}
+
+#[test]
+fn key_hierarchy_vectors() {
+    let mk = master_key();
+    let vid = volume_id();
+    let content: SecretBytes<32> = mk.subkey(&vid, label::CONTENT);
+    let names: SecretBytes<64> = mk.subkey(&vid, label::NAMES);
+    let xattr_names: SecretBytes<64> = mk.subkey(&vid, label::XATTR_NAMES);
+    let metadata: SecretBytes<32> = mk.subkey(&vid, label::METADATA);
+    let config_mac: SecretBytes<32> = mk.subkey(&vid, label::CONFIG_MAC);
+
+    // The documented construction, done with the hkdf crate directly.
+    for (l, key) in [
+        ("content", &content.expose()[..]),
+        ("names", &names.expose()[..]),
+        ("xattr-names", &xattr_names.expose()[..]),
+        ("metadata", &metadata.expose()[..]),
+        ("config-mac", &config_mac.expose()[..]),
+    ] {
+        let info = format!("cloakfs v1 {l}");
+        assert_eq!(
+            hkdf(mk.expose(), Some(&vid), info.as_bytes(), key.len()),
+            key,
+            "{l}"
+        );
+    }
+
+    // Per-file key: HKDF(ikm = content key, no salt, info = "cloakfs v1 file" || file ID).
+    let info = [b"cloakfs v1 file".as_slice(), &file_id().0].concat();
+    let file_key = hkdf(content.expose(), None, &info, 32);
+    // It is the key the codec uses: seal with AES-256-GCM directly and compare.
+    let plain = PARTIAL_PLAIN;
+    let aad = [file_id().0.as_slice(), &2u64.to_be_bytes()].concat();
+    let mut body = plain.to_vec();
+    let tag = Aes256Gcm::new(file_key.as_slice().into())
+        .encrypt_in_place_detached(&gcm_nonce().into(), &aad, &mut body)
+        .unwrap();
+    let direct = [gcm_nonce().as_slice(), &body, &tag].concat();
+    assert_eq!(
+        direct,
+        seal(ContentSuite::Aes256Gcm, 2, &gcm_nonce(), plain)
+    );
+
+    check(&[
+        ("key.content", hex(content.expose())),
+        ("key.names", hex(names.expose())),
+        ("key.xattr-names", hex(xattr_names.expose())),
+        ("key.metadata", hex(metadata.expose())),
+        ("key.config-mac", hex(config_mac.expose())),
+        ("key.file", hex(&file_key)),
+    ]);
+}
+
+#[test]
+fn content_vectors() {
+    let header = FileHeader { id: file_id() }.to_bytes();
+    let aad0 = [file_id().0.as_slice(), &0u64.to_be_bytes()].concat();
+    let aad2 = [file_id().0.as_slice(), &2u64.to_be_bytes()].concat();
+    let full = seal(ContentSuite::Aes256Gcm, 0, &gcm_nonce(), &full_plain());
+    assert_eq!(full.len(), 4096 + 28);
+    let partial = seal(ContentSuite::Aes256Gcm, 2, &gcm_nonce(), PARTIAL_PLAIN);
+    let xpartial = seal(
+        ContentSuite::XChaCha20Poly1305,
+        2,
+        &xchacha_nonce(),
+        PARTIAL_PLAIN,
+    );
+    assert_eq!(xpartial.len(), PARTIAL_PLAIN.len() + 40);
+
+    // Round trips through the codec, and the hole rule.
+    let c = content_codec(ContentSuite::Aes256Gcm).file_cipher(file_id());
+    let mut out = vec![0u8; 4096];
+    c.open(0, &full, &mut out).unwrap();
+    assert_eq!(out, full_plain());
+    assert!(c.open(1, &full, &mut out).is_err(), "block number is bound");
+    c.open(0, &vec![0u8; 4096 + 28], &mut out).unwrap();
+    assert!(out.iter().all(|&b| b == 0), "all-zero block is a hole");
+
+    check(&[
+        ("header", hex(&header)),
+        ("aad.block0", hex(&aad0)),
+        ("aad.block2", hex(&aad2)),
+        ("block.full.sha256", hex(&Sha256::digest(&full))),
+        ("block.full.head", hex(&full[..44])),
+        ("block.full.tag", hex(&full[full.len() - 16..])),
+        ("block.partial.gcm", hex(&partial)),
+        ("block.partial.xchacha", hex(&xpartial)),
+    ]);
+}
+
+#[test]
+fn size_vectors() {
+    // The size lines are their own committed constants: FORMAT.md must contain each verbatim.
+    let doc = format_md();
+    for (suite, overhead) in [("aes-256-gcm", 28), ("xchacha20-poly1305", 40)] {
+        let l = Layout::new(BLOCK_SIZE, overhead);
+        for p in [0u64, 1, 4095, 4096, 4097, 10240] {
+            let c = l.cipher_size(p);
+            assert_eq!(l.plain_size(c), Ok(p));
+            let line = format!("{suite}: plaintext {p} -> backing {c}");
+            assert!(
+                doc.contains(&line),
+                "{line:?} does not appear in docs/FORMAT.md"
+            );
+        }
+        // Invalid backing lengths: inside the header, or a last block of at most `overhead`.
+        for c in [
+            1,
+            17,
+            18 + 1,
+            18 + overhead,
+            18 + 4096 + overhead + overhead,
+        ] {
+            assert!(l.plain_size(c).is_err(), "{suite}: {c}");
+        }
+    }
+}
+
+#[test]
+fn name_vectors() {
+    let n = name_codec();
+    let in_dir = n.encrypt(&dir_id(), SHORT_NAME).unwrap();
+    let in_root = n.encrypt(&DirId(volume_id()), SHORT_NAME).unwrap();
+    let StoredName::Short(in_dir) = in_dir else {
+        panic!("short")
+    };
+    let StoredName::Short(in_root) = in_root else {
+        panic!("short")
+    };
+    let StoredName::Long { backing, full } = n.encrypt(&dir_id(), &long_name()).unwrap() else {
+        panic!("200 bytes must spill")
+    };
+    assert_eq!(n.decrypt(&dir_id(), &full).unwrap(), long_name());
+    assert_eq!(
+        backing,
+        format!("cloakfs.long.{}", b64(&Sha256::digest(full.as_bytes())))
+    );
+
+    let m = meta_codec();
+    let symlink = m.encrypt_symlink_with_nonce(&symlink_nonce(), SYMLINK_TARGET);
+    assert_eq!(
+        m.decrypt_symlink(symlink.as_bytes()).unwrap(),
+        SYMLINK_TARGET
+    );
+    let xname = m.encrypt_xattr_name(XATTR_NAME).unwrap().unwrap();
+
+    // xattr value, built from the documented construction and opened by the codec.
+    let metadata: SecretBytes<32> = master_key().subkey(&volume_id(), label::METADATA);
+    let aad = [b"xattr:".as_slice(), &xname].concat();
+    let mut body = XATTR_VALUE.to_vec();
+    let tag = Aes256Gcm::new(metadata.expose().into())
+        .encrypt_in_place_detached(&xattr_nonce().into(), &aad, &mut body)
+        .unwrap();
+    let xvalue = [xattr_nonce().as_slice(), &body, &tag].concat();
+    assert_eq!(m.decrypt_xattr_value(&xname, &xvalue).unwrap(), XATTR_VALUE);
+
+    check(&[
+        ("name.dir", in_dir),
+        ("name.root", in_root),
+        ("name.long.full", full),
+        ("name.long.backing", backing),
+        ("symlink", symlink),
+        ("xattr.name", String::from_utf8(xname).unwrap()),
+        ("xattr.value", hex(&xvalue)),
+    ]);
+}
+
+#[test]
+fn kdf_and_config_vectors() {
+    let kek = kdf::derive(&Passphrase::new(PASSPHRASE.to_vec()), &salt(), &ARGON2).unwrap();
+    let c = config();
+    let canonical = c.canonical();
+    let json = c.to_json();
+    let parsed = VolumeConfig::parse(&json).unwrap();
+    assert_eq!(parsed, c);
+    let slot = &parsed.slots()[0];
+    let wrapped = slot.fields()["wrapped"].clone();
+
+    // Unwrap with the documented AAD, independently of the config code.
+    let mut aad = String::from("cloakfs slot v1\n");
+    aad.push_str(&format!("volume_id={}\n", b64(&volume_id())));
+    for (k, v) in slot.fields().iter().filter(|(k, _)| *k != "wrapped") {
+        aad.push_str(&format!("{k}={v}\n"));
+    }
+    let raw = cloakfs_core::encoding::unb64(wrapped.as_bytes()).unwrap();
+    assert_eq!(raw.len(), 60);
+    let mut mk = raw[12..44].to_vec();
+    Aes256Gcm::new(kek.expose().into())
+        .decrypt_in_place_detached(raw[..12].into(), aad.as_bytes(), &mut mk, raw[44..].into())
+        .unwrap();
+    assert_eq!(mk, master_key().expose());
+
+    // The MAC, independently: HMAC-SHA256(config-mac key, canonical text).
+    let key: SecretBytes<32> = master_key().subkey(&volume_id(), label::CONFIG_MAC);
+    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key.expose()).unwrap();
+    m.update(canonical.as_bytes());
+    let mac = b64(&m.finalize().into_bytes());
+    assert!(json.contains(&format!("\"mac\": \"{mac}\"")));
+
+    let (got, id) = parsed
+        .unlock_passphrase(&Passphrase::new(PASSPHRASE.to_vec()))
+        .unwrap();
+    assert_eq!(got.expose(), master_key().expose());
+    assert_eq!(id, 1);
+
+    if std::env::var_os("PRINT_VECTORS").is_some() {
+        eprintln!("CANON {canonical:?}");
+        eprintln!("JSON {json:?}");
+    }
+    check(&[
+        ("argon2id", hex(kek.expose())),
+        ("slot.aad", aad),
+        ("slot.wrapped", wrapped),
+        ("config.mac", mac),
+    ]);
+    assert_eq!(canonical, EXPECTED_CANONICAL);
+    assert_eq!(json, EXPECTED_CONFIG_JSON);
+    let doc = format_md();
+    assert!(doc.contains(&canonical), "canonical text not in FORMAT.md");
+    assert!(doc.contains(&json), "config JSON not in FORMAT.md");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The tiny volume.
+
+/// One entry of the plaintext tree.
+enum Node {
+    File(Vec<u8>),
+    Dir(DirId),
+    Symlink(&'static [u8]),
+}
+
+fn hello_text(what: &str, len: usize) -> Vec<u8> {
+    let mut s = String::new();
+    let mut i = 0;
+    while s.len() < len {
+        s.push_str(&format!("{i:04} cloakfs test volume, {what}\n"));
+        i += 1;
+    }
+    s.truncate(len);
+    s.into_bytes()
+}
+
+/// The plaintext tree of the tiny volume, parents before children.
+fn plain_tree() -> Vec<(PathBuf, Node)> {
+    let mut sparse = vec![0u8; BLOCK_SIZE as usize];
+    sparse.extend_from_slice(b"after a one-block hole\n");
+    vec![
+        (
+            "hello.txt".into(),
+            Node::File(hello_text("hello.txt: 2.5 blocks of known text", 10240)),
+        ),
+        ("empty".into(), Node::File(Vec::new())),
+        ("sparse.bin".into(), Node::File(sparse)),
+        ("sub".into(), Node::Dir(dir_id())),
+        (
+            "sub/hello.txt".into(),
+            Node::File(b"same name, other directory\n".to_vec()),
+        ),
+        (
+            PathBuf::from(std::ffi::OsStr::from_bytes(&long_name())),
+            Node::File(b"a file with a 200-byte name\n".to_vec()),
+        ),
+        ("link-to-hello".into(), Node::Symlink(SYMLINK_TARGET)),
+    ]
+}
+
+fn derived(tag: &str, path: &Path, extra: &[u8]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(b"cloakfs test volume ");
+    h.update(tag.as_bytes());
+    h.update(b" ");
+    h.update(path.as_os_str().as_bytes());
+    h.update(extra);
+    h.finalize().into()
+}
+
+/// Writes the cipher directory of the tiny volume into `cipherdir` and its plaintext into
+/// `plaindir`. Every "random" value comes from [`derived`], so the output is reproducible.
+fn build_volume(cipherdir: &Path, plaindir: &Path) {
+    fs::create_dir_all(cipherdir).unwrap();
+    fs::create_dir_all(plaindir).unwrap();
+    let cfg = config();
+    fs::write(cipherdir.join(CONFIG_FILE), cfg.to_json()).unwrap();
+    let vol = Volume::from_master_key(cfg, &master_key()).unwrap();
+    let layout = vol.content().layout();
+    let mut dir_ids: BTreeMap<PathBuf, (PathBuf, DirId)> = BTreeMap::new();
+    dir_ids.insert(PathBuf::new(), (cipherdir.to_path_buf(), vol.root_dir_id()));
+    for (path, node) in plain_tree() {
+        let parent = path.parent().unwrap().to_path_buf();
+        let (backing_parent, parent_id) = dir_ids[&parent].clone();
+        let name = path.file_name().unwrap().as_bytes();
+        let stored = vol.names().encrypt(&parent_id, name).unwrap();
+        paths::write_sidecar(&backing_parent, &stored).unwrap();
+        let backing = backing_parent.join(stored.backing());
+        let plain = plaindir.join(&path);
+        match node {
+            Node::Dir(id) => {
+                fs::create_dir(&backing).unwrap();
+                fs::write(backing.join(DIRID_FILE), id.0).unwrap();
+                fs::create_dir(&plain).unwrap();
+                dir_ids.insert(path.clone(), (backing, id));
+            }
+            Node::Symlink(target) => {
+                let nonce: [u8; 12] = derived("nonce", &path, b"")[..12].try_into().unwrap();
+                let enc = vol.meta().encrypt_symlink_with_nonce(&nonce, target);
+                std::os::unix::fs::symlink(enc, &backing).unwrap();
+                std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(target), &plain).unwrap();
+            }
+            Node::File(data) => {
+                let mut out = Vec::new();
+                if !data.is_empty() {
+                    let id = FileId(derived("file id", &path, b"")[..16].try_into().unwrap());
+                    out.extend_from_slice(&FileHeader { id }.to_bytes());
+                    let cipher = vol.content().file_cipher(id);
+                    for (n, chunk) in data.chunks(BLOCK_SIZE as usize).enumerate() {
+                        let n = n as u64;
+                        let start = out.len();
+                        out.resize(start + chunk.len() + layout.overhead() as usize, 0);
+                        if chunk.iter().all(|&b| b == 0) && chunk.len() == BLOCK_SIZE as usize {
+                            continue; // a hole: all-zero backing block
+                        }
+                        let nonce = derived("nonce", &path, &n.to_be_bytes());
+                        cipher.seal_with_nonce(n, &nonce[..12], chunk, &mut out[start..]);
+                    }
+                    assert_eq!(out.len() as u64, layout.cipher_size(data.len() as u64));
+                }
+                fs::write(&backing, out).unwrap();
+                fs::write(&plain, &data).unwrap();
+            }
+        }
+    }
+}
+
+fn committed_volume() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/volume")
+}
+
+fn committed_plaintext() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/independent/expected")
+}
+
+/// Every entry under `root`: relative path -> ("dir" | "file:<hex sha256>" | "symlink:<target>").
+fn snapshot(root: &Path) -> BTreeMap<PathBuf, String> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, String>) {
+        for e in fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            let rel = p.strip_prefix(root).unwrap().to_path_buf();
+            let md = fs::symlink_metadata(&p).unwrap();
+            if md.is_dir() {
+                out.insert(rel, "dir".into());
+                walk(root, &p, out);
+            } else if md.file_type().is_symlink() {
+                let t = fs::read_link(&p).unwrap();
+                out.insert(rel, format!("symlink:{}", t.display()));
+            } else {
+                out.insert(
+                    rel,
+                    format!("file:{}", hex(&Sha256::digest(fs::read(&p).unwrap()))),
+                );
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(root, root, &mut out);
+    out
+}
+
+/// Rewrites the committed volume and plaintext tree.
+#[test]
+#[ignore = "rewrites the committed test volume; run with --ignored generate"]
+fn generate() {
+    for d in [committed_volume(), committed_plaintext()] {
+        if d.exists() {
+            fs::remove_dir_all(&d).unwrap();
+        }
+    }
+    build_volume(&committed_volume(), &committed_plaintext());
+}
+
+#[test]
+fn committed_volume_is_reproducible() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (c, p) = (tmp.path().join("cipher"), tmp.path().join("plain"));
+    build_volume(&c, &p);
+    assert_eq!(
+        snapshot(&c),
+        snapshot(&committed_volume()),
+        "tests/vectors/volume differs from the generator (rerun with --ignored generate?)"
+    );
+    assert_eq!(snapshot(&p), snapshot(&committed_plaintext()));
+    // FORMAT.md lists every backing entry of the committed volume.
+    let doc = format_md();
+    for path in snapshot(&c).keys() {
+        let name = path.to_str().unwrap();
+        assert!(
+            doc.contains(&format!("`{name}`")),
+            "{name} is not listed in docs/FORMAT.md"
+        );
+    }
+    // The committed config is the config of the vectors above.
+    assert_eq!(
+        fs::read_to_string(committed_volume().join(CONFIG_FILE)).unwrap(),
+        EXPECTED_CONFIG_JSON
+    );
+}
+
+/// Decrypts backing directory `dir` (ID `id`) into `out`: plaintext path -> node description.
+fn decrypt_tree(
+    vol: &Volume,
+    cipherdir: &Path,
+    dir: &Path,
+    id: &DirId,
+    prefix: &Path,
+    out: &mut BTreeMap<PathBuf, String>,
+) {
+    for e in fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        let entry = e.file_name().into_string().unwrap();
+        let Some(name) = paths::decrypt_entry(vol, id, dir, &entry).unwrap() else {
+            continue;
+        };
+        let rel = prefix.join(std::ffi::OsStr::from_bytes(&name));
+        let backing = e.path();
+        assert_eq!(paths::encrypt_path(vol, cipherdir, &rel).unwrap(), backing);
+        let md = fs::symlink_metadata(&backing).unwrap();
+        if md.is_dir() {
+            out.insert(rel.clone(), "dir".into());
+            let sub = paths::read_dir_id(vol, cipherdir, &backing).unwrap();
+            decrypt_tree(vol, cipherdir, &backing, &sub, &rel, out);
+        } else if md.file_type().is_symlink() {
+            let t = fs::read_link(&backing).unwrap();
+            let plain = vol
+                .meta()
+                .decrypt_symlink(t.as_os_str().as_bytes())
+                .unwrap();
+            out.insert(
+                rel,
+                format!("symlink:{}", String::from_utf8(plain).unwrap()),
+            );
+        } else {
+            let f = ContentFile::open(Arc::clone(vol.content()), fs::File::open(&backing).unwrap())
+                .unwrap();
+            let mut buf = vec![0u8; f.size() as usize + 1];
+            let n = f.read_at(0, &mut buf).unwrap();
+            assert_eq!(n as u64, f.size());
+            out.insert(rel, format!("file:{}", hex(&Sha256::digest(&buf[..n]))));
+        }
+    }
+}
+
+#[test]
+fn committed_volume_unlocks_and_reads() {
+    let dir = committed_volume();
+    let vol = Volume::unlock(&dir, &Passphrase::new(PASSPHRASE.to_vec())).unwrap();
+    assert!(Volume::unlock(&dir, &Passphrase::new(b"wrong".to_vec())).is_err());
+    let mut got = BTreeMap::new();
+    decrypt_tree(
+        &vol,
+        &dir,
+        &dir,
+        &vol.root_dir_id(),
+        Path::new(""),
+        &mut got,
+    );
+
+    let mut want = BTreeMap::new();
+    for (path, node) in plain_tree() {
+        let v = match node {
+            Node::File(d) => format!("file:{}", hex(&Sha256::digest(&d))),
+            Node::Dir(_) => "dir".into(),
+            Node::Symlink(t) => format!("symlink:{}", String::from_utf8(t.to_vec()).unwrap()),
+        };
+        want.insert(path, v);
+    }
+    assert_eq!(got, want);
+    assert_eq!(got, snapshot(&committed_plaintext()));
+}
