@@ -22,11 +22,26 @@ pub enum Command {
     Unmount(UnmountArgs),
     /// Show a volume's format, ciphers and key slots (no secret needed).
     Info(InfoArgs),
+    /// Change a passphrase (re-wraps the master key; no file is rewritten).
+    Passwd(crate::commands::passwd::PasswdArgs),
+    /// List, add or remove key slots.
+    #[command(subcommand)]
+    Slots(crate::commands::slots::SlotsCommand),
+    /// Decrypt one file to standard output, without mounting.
+    Cat(crate::commands::cat::CatArgs),
+    /// Translate names between plaintext and cipher directory, without mounting.
+    Name(crate::commands::name::NameArgs),
+    /// Check every config field, header, block, name and long-name file of a volume.
+    Fsck(crate::commands::fsck::FsckArgs),
+    /// Copy the whole plaintext tree out of a volume, without mounting.
+    Export(crate::commands::export::ExportArgs),
+    /// Move the volume to a fresh master key, re-encrypting every file and name.
+    Rekey(crate::commands::rekey::RekeyArgs),
 }
 
-/// Where the volume's passphrase comes from (default: prompt on the terminal).
+/// How to unlock a volume: which secret, from where (default: passphrase prompt).
 #[derive(Debug, Args, Default, Clone)]
-pub struct SecretArgs {
+pub struct UnlockArgs {
     /// Read the passphrase from the first line of FILE ("-" for standard input).
     #[arg(long, value_name = "FILE", conflicts_with = "extpass")]
     pub passfile: Option<PathBuf>,
@@ -37,8 +52,9 @@ pub struct SecretArgs {
 
 #[derive(Debug, Args)]
 pub struct InitArgs {
+    /// Where the new passphrase comes from (default: prompt twice).
     #[command(flatten)]
-    pub secret: SecretArgs,
+    pub secret: UnlockArgs,
     /// Content cipher.
     #[arg(long, default_value = "aes-256-gcm", value_parser = ["aes-256-gcm", "xchacha20-poly1305"])]
     pub cipher: String,
@@ -64,7 +80,7 @@ pub struct InitArgs {
 #[derive(Debug, Args)]
 pub struct MountArgs {
     #[command(flatten)]
-    pub secret: SecretArgs,
+    pub unlock: UnlockArgs,
     /// Stay in the foreground (log to standard error) instead of daemonizing.
     #[arg(short, long)]
     pub foreground: bool,

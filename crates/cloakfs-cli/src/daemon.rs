@@ -15,7 +15,8 @@ pub fn daemonize() -> Result<()> {
         return Err(std::io::Error::last_os_error().into());
     }
     // SAFETY: pipe2 succeeded, so both descriptors are open and now owned here.
-    let (read_end, write_end) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let (read_end, write_end) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     // SAFETY: the process is still single-threaded (no FUSE or rayon thread has started), so
     // the child may continue running arbitrary code.
     let pid = unsafe { libc::fork() };
@@ -29,7 +30,13 @@ pub fn daemonize() -> Result<()> {
         // The mount belongs to the child now: leave without running any destructor.
         let _ = std::io::stdout().flush();
         // SAFETY: _exit ends the process immediately, which is exactly the intent.
-        unsafe { libc::_exit(if got == 1 { 0 } else { crate::failure::code::MOUNT as i32 }) };
+        unsafe {
+            libc::_exit(if got == 1 {
+                0
+            } else {
+                crate::failure::code::MOUNT as i32
+            })
+        };
     }
     drop(read_end);
     // SAFETY: plain syscalls in the child; failures leave the defaults, which still work.

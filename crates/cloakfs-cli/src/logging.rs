@@ -85,7 +85,9 @@ impl Drop for Line {
                     Level::INFO => libc::LOG_INFO,
                     _ => libc::LOG_DEBUG,
                 };
-                let text = String::from_utf8_lossy(&self.buf).trim_end().replace('\0', "");
+                let text = String::from_utf8_lossy(&self.buf)
+                    .trim_end()
+                    .replace('\0', "");
                 if let Ok(c) = CString::new(text) {
                     // SAFETY: constant "%s" format with one valid NUL-terminated argument.
                     unsafe { libc::syslog(prio, c"%s".as_ptr(), c.as_ptr()) };

@@ -7,20 +7,28 @@ mod failure;
 mod logging;
 mod mount_options;
 mod secret_input;
+mod unlock;
 
 use clap::Parser;
 use cli::{Cli, Command};
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-const SUBCOMMANDS: &[&str] = &["init", "mount", "unmount", "umount", "info", "help"];
+const SUBCOMMANDS: &[&str] = &[
+    "init", "mount", "unmount", "umount", "info", "passwd", "slots", "cat", "name", "fsck",
+    "export", "rekey", "help",
+];
 
 /// mount(8) runs `mount.cloakfs CIPHERDIR MOUNTPOINT -o OPTS` and mount.fuse3 runs
 /// `cloakfs CIPHERDIR MOUNTPOINT -o OPTS`: both mean `cloakfs mount ...`.
 fn normalize_args(mut args: Vec<OsString>) -> Vec<OsString> {
     let prog = args
         .first()
-        .and_then(|a| std::path::Path::new(a).file_name().map(|n| n.to_os_string()))
+        .and_then(|a| {
+            std::path::Path::new(a)
+                .file_name()
+                .map(|n| n.to_os_string())
+        })
         .unwrap_or_default();
     let as_mount_helper = prog.to_string_lossy().starts_with("mount.");
     let first = args.get(1).map(|a| a.to_string_lossy().into_owned());
@@ -41,7 +49,11 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { failure::code::USAGE } else { 0 });
+            return ExitCode::from(if e.use_stderr() {
+                failure::code::USAGE
+            } else {
+                0
+            });
         }
     };
     let result = match cli.command {
@@ -49,6 +61,13 @@ fn main() -> ExitCode {
         Command::Mount(a) => commands::mount::run(a),
         Command::Unmount(a) => commands::unmount::run(a),
         Command::Info(a) => commands::info::run(a),
+        Command::Passwd(a) => commands::passwd::run(a),
+        Command::Slots(a) => commands::slots::run(a),
+        Command::Cat(a) => commands::cat::run(a),
+        Command::Name(a) => commands::name::run(a),
+        Command::Fsck(a) => commands::fsck::run(a),
+        Command::Export(a) => commands::export::run(a),
+        Command::Rekey(a) => commands::rekey::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -81,6 +100,9 @@ mod tests {
             normalize_args(v(&["cloakfs", "init", "/c"])),
             v(&["cloakfs", "init", "/c"])
         );
-        assert_eq!(normalize_args(v(&["cloakfs", "--help"])), v(&["cloakfs", "--help"]));
+        assert_eq!(
+            normalize_args(v(&["cloakfs", "--help"])),
+            v(&["cloakfs", "--help"])
+        );
     }
 }

@@ -6,9 +6,24 @@ use std::path::PathBuf;
 
 /// Options that the kernel takes as they are.
 const KERNEL: &[&str] = &[
-    "nosuid", "suid", "nodev", "dev", "noexec", "exec", "noatime", "atime", "relatime",
-    "norelatime", "strictatime", "nodiratime", "diratime", "sync", "async", "dirsync",
-    "lazytime", "nolazytime",
+    "nosuid",
+    "suid",
+    "nodev",
+    "dev",
+    "noexec",
+    "exec",
+    "noatime",
+    "atime",
+    "relatime",
+    "norelatime",
+    "strictatime",
+    "nodiratime",
+    "diratime",
+    "sync",
+    "async",
+    "dirsync",
+    "lazytime",
+    "nolazytime",
 ];
 
 /// Options that belong to mount(8) or fstab and mean nothing to the file system.
@@ -38,7 +53,11 @@ pub struct ParsedOptions {
 /// Parses every `-o` argument (each a comma-separated list).
 pub fn parse(args: &[String]) -> Result<ParsedOptions> {
     let mut p = ParsedOptions::default();
-    for opt in args.iter().flat_map(|a| a.split(',')).filter(|o| !o.is_empty()) {
+    for opt in args
+        .iter()
+        .flat_map(|a| a.split(','))
+        .filter(|o| !o.is_empty())
+    {
         let (key, value) = match opt.split_once('=') {
             Some((k, v)) => (k, Some(v)),
             None => (opt, None),

@@ -1,7 +1,7 @@
 //! Reading the passphrase: a file, an external program, or the terminal (no echo).
 //! Never from a command-line argument, where other users could read it in `ps`.
 
-use crate::cli::SecretArgs;
+use crate::cli::UnlockArgs;
 use crate::failure::{Failure, Result};
 use cloakfs_core::secret::Passphrase;
 use std::io::Read;
@@ -20,7 +20,7 @@ pub enum Confirm {
 }
 
 /// Gets the passphrase from the configured source.
-pub fn read_passphrase(args: &SecretArgs, prompt: &str, confirm: Confirm) -> Result<Passphrase> {
+pub fn read_passphrase(args: &UnlockArgs, prompt: &str, confirm: Confirm) -> Result<Passphrase> {
     let raw = if let Some(path) = &args.passfile {
         from_file(path)?
     } else if let Some(cmd) = &args.extpass {

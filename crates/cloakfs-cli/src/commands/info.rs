@@ -7,7 +7,10 @@ use cloakfs_core::config::{config_path, VolumeConfig, FORMAT_VERSION};
 pub fn run(args: InfoArgs) -> Result<()> {
     let c = VolumeConfig::load(&args.cipherdir)?;
     let p = &c.params;
-    println!("config:          {}", config_path(&args.cipherdir).display());
+    println!(
+        "config:          {}",
+        config_path(&args.cipherdir).display()
+    );
     println!("format version:  {FORMAT_VERSION}");
     println!("content cipher:  {}", p.content.name());
     println!("name cipher:     aes-256-siv");

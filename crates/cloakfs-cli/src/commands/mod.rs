@@ -1,6 +1,13 @@
 //! One module per subcommand.
 
+pub mod cat;
+pub mod export;
+pub mod fsck;
 pub mod info;
 pub mod init;
 pub mod mount;
+pub mod name;
+pub mod passwd;
+pub mod rekey;
+pub mod slots;
 pub mod unmount;

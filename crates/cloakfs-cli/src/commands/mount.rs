@@ -1,13 +1,11 @@
 //! `cloakfs mount` (and the `cloakfs CIPHERDIR MOUNTPOINT -o ...` form that mount.fuse3 runs).
 
-use crate::cli::{MountArgs, SecretArgs};
+use crate::cli::{MountArgs, UnlockArgs};
 use crate::daemon;
 use crate::failure::{code, Failure, Result};
 use crate::logging;
 use crate::mount_options;
-use crate::secret_input::{read_passphrase, Confirm};
 use cloakfs_core::config::VolumeConfig;
-use cloakfs_core::Volume;
 use cloakfs_fuse::MountOptions;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -31,13 +29,11 @@ pub fn run(args: MountArgs) -> Result<()> {
     }
     check_fuse_available()?;
 
-    let secret = SecretArgs {
-        passfile: args.secret.passfile.clone().or(o.passfile.clone()),
-        extpass: args.secret.extpass.clone().or(o.extpass.clone()),
+    let unlock = UnlockArgs {
+        passfile: args.unlock.passfile.clone().or(o.passfile.clone()),
+        extpass: args.unlock.extpass.clone().or(o.extpass.clone()),
     };
-    let pass = read_passphrase(&secret, "Passphrase: ", Confirm::Once)?;
-    let volume = Volume::unlock(&cipherdir, &pass)?;
-    drop(pass);
+    let volume = crate::unlock::unlock(&unlock, &cipherdir)?;
     cloakfs_core::secret::harden_process();
 
     let mut mo = MountOptions::new(&cipherdir);
@@ -55,9 +51,8 @@ pub fn run(args: MountArgs) -> Result<()> {
     if let Some(t) = args.cache_timeout.or(o.cache_timeout) {
         mo.cache_timeout = Duration::from_secs_f64(t);
     }
-    let mounted = cloakfs_fuse::mount(volume, &cipherdir, &mountpoint, &mo).map_err(|e| {
-        Failure::mount(format!("cannot mount on {}: {e}", mountpoint.display()))
-    })?;
+    let mounted = cloakfs_fuse::mount(volume, &cipherdir, &mountpoint, &mo)
+        .map_err(|e| Failure::mount(format!("cannot mount on {}: {e}", mountpoint.display())))?;
 
     let log_file = args.log_file.clone().or(o.log_file.clone());
     if let Some(path) = &log_file {
@@ -68,13 +63,20 @@ pub fn run(args: MountArgs) -> Result<()> {
             .map_err(|e| Failure::other(format!("log file {}: {e}", path.display())))?;
         logging::redirect(Some(f));
     }
-    if !(args.foreground || o.foreground) {
+    if args.foreground || o.foreground {
+        // The mount is in place; requests wait in the kernel until the loop below serves them.
+        println!("Filesystem mounted and ready.");
+    } else {
         daemon::daemonize()?;
         if log_file.is_none() {
             logging::redirect(None);
         }
     }
-    tracing::info!("serving {} on {}", cipherdir.display(), mountpoint.display());
+    tracing::info!(
+        "serving {} on {}",
+        cipherdir.display(),
+        mountpoint.display()
+    );
     mounted
         .run()
         .map_err(|e| Failure::mount(format!("file system session ended with an error: {e}")))?;
@@ -84,7 +86,11 @@ pub fn run(args: MountArgs) -> Result<()> {
 
 fn absolute_dir(p: &Path, what: &str) -> Result<PathBuf> {
     let abs = std::fs::canonicalize(p).map_err(|e| {
-        let code = if what == "mount point" { code::MOUNT } else { code::VOLUME };
+        let code = if what == "mount point" {
+            code::MOUNT
+        } else {
+            code::VOLUME
+        };
         Failure::new(code, format!("{what} {}: {e}", p.display()))
     })?;
     if !abs.is_dir() {
