@@ -1,7 +1,33 @@
 //! cloakfs FUSE front end: the plaintext view of a cipher directory, as a thin adapter from
 //! FUSE requests to `cloakfs-core`. Nothing here knows how bytes are encrypted.
+//!
+//! - [`mount`] mounts (the mount syscall, or fusermount3 without root) and negotiates with the
+//!   kernel, but starts no thread, so the caller may fork to daemonize afterwards;
+//! - [`Mounted::run`] serves requests on `threads` worker threads until the file system is
+//!   unmounted (`fusermount3 -u`, `umount`), then closes every backing file before it
+//!   returns.
+//!
+//! Inside: `ops` is the `fuser::Filesystem` implementation, a dispatcher. Every node the
+//! kernel knows holds an `O_PATH` descriptor of its backing object and is reached through
+//! `*at()` calls relative to it (`inode`); entries are named through the parent's directory
+//! ID, with crash-safe directory creation (`dir`, `entry`) and snapshot listings (`readdir`);
+//! regular files go through one shared `cloakfs_core::file::ContentFile` per node (`file`,
+//! `fs`); `user.*` xattrs are encrypted (`xattr`); `attr` converts `stat`s and `sys` wraps the
+//! remaining system calls.
+
+mod attr;
+mod dir;
+mod entry;
+mod file;
+mod fs;
+mod inode;
+mod ops;
+mod readdir;
+mod sys;
+mod xattr;
 
 use cloakfs_core::Volume;
+use fuser::{MountOption, SessionACL};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -41,31 +67,223 @@ impl MountOptions {
             cache_timeout: Duration::from_secs(1),
         }
     }
+
+    /// The fuser session configuration for these options.
+    fn session_config(&self) -> fuser::Config {
+        let mut mount_options = vec![
+            MountOption::FSName(self.fsname.clone()),
+            // Understood both by the kernel (mount syscall) and by fusermount3: the mount
+            // then shows as type fuse.cloakfs.
+            MountOption::CUSTOM("subtype=cloakfs".into()),
+        ];
+        if self.read_only {
+            mount_options.push(MountOption::RO);
+        }
+        if self.default_permissions {
+            mount_options.push(MountOption::DefaultPermissions);
+        }
+        let mut acl = if self.allow_other {
+            SessionACL::All
+        } else if self.allow_root {
+            SessionACL::RootAndOwner
+        } else {
+            SessionACL::Owner
+        };
+        for o in &self.kernel_options {
+            match kernel_option(o) {
+                KernelOption::Mount(m) => {
+                    if !mount_options.contains(&m) {
+                        mount_options.push(m)
+                    }
+                }
+                KernelOption::AllowOther => acl = SessionACL::All,
+                KernelOption::AllowRoot if acl == SessionACL::Owner => {
+                    acl = SessionACL::RootAndOwner
+                }
+                KernelOption::AllowRoot | KernelOption::Default => {}
+                KernelOption::Unsupported => {
+                    tracing::warn!("mount option {o} is not supported by the FUSE mount; ignored")
+                }
+            }
+        }
+        let mut config = fuser::Config::default();
+        config.mount_options = mount_options;
+        config.acl = acl;
+        config.n_threads = Some(self.threads.max(1));
+        // Each worker reads from its own clone of /dev/fuse, so requests are served in
+        // parallel without contending on one descriptor.
+        config.clone_fd = true;
+        config
+    }
+}
+
+/// What a `-o` option means to the FUSE mount.
+#[derive(Debug, PartialEq)]
+enum KernelOption {
+    Mount(MountOption),
+    AllowOther,
+    AllowRoot,
+    /// Already the default: nothing to pass.
+    Default,
+    /// A per-mount flag fuser has no way to set.
+    Unsupported,
+}
+
+fn kernel_option(o: &str) -> KernelOption {
+    use KernelOption as K;
+    use MountOption as M;
+    K::Mount(match o {
+        "ro" => M::RO,
+        "rw" => M::RW,
+        "dev" => M::Dev,
+        "nodev" => M::NoDev,
+        "suid" => M::Suid,
+        "nosuid" => M::NoSuid,
+        "exec" => M::Exec,
+        "noexec" => M::NoExec,
+        "atime" => M::Atime,
+        "noatime" => M::NoAtime,
+        "sync" => M::Sync,
+        "async" => M::Async,
+        "dirsync" => M::DirSync,
+        "default_permissions" => M::DefaultPermissions,
+        "auto_unmount" => M::AutoUnmount,
+        "allow_other" => return K::AllowOther,
+        "allow_root" => return K::AllowRoot,
+        "relatime" | "diratime" | "nolazytime" => return K::Default,
+        "strictatime" | "norelatime" | "nodiratime" => return K::Unsupported,
+        _ => match o.split_once('=') {
+            Some(("fsname", v)) => M::FSName(v.into()),
+            Some(("subtype", _)) => return K::Default,
+            // lazytime, max_read=N, blksize=N, ...: the kernel takes them as they are.
+            _ => M::CUSTOM(o.into()),
+        },
+    })
 }
 
 /// A mounted but not yet served file system. Created before daemonizing (so mount errors
 /// reach the user), served after.
+///
+/// Dropping it without calling [`Mounted::run`] unmounts. A parent process that forked off
+/// the daemon must leave with `_exit` (no destructors), or the mount goes with it.
 pub struct Mounted {
-    _private: (),
+    session: fuser::Session<fs::CloakFs>,
     /// Where it is mounted.
     pub mountpoint: PathBuf,
 }
 
+impl std::fmt::Debug for Mounted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mounted")
+            .field("mountpoint", &self.mountpoint)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Mounts the plaintext view of `cipherdir` at `mountpoint`. Performs the mount syscall (or
-/// runs fusermount3) but starts no thread, so the caller may fork afterwards.
+/// runs fusermount3) and the FUSE handshake, but starts no thread, so the caller may fork
+/// afterwards.
+///
+/// Process-wide effect: the soft RLIMIT_NOFILE is raised to the hard limit (every node the
+/// kernel knows holds a descriptor). The process umask is left alone: worker threads create
+/// objects with their own umask of 0, since the kernel has applied the caller's already.
 pub fn mount(
-    _volume: Volume,
-    _cipherdir: &Path,
-    _mountpoint: &Path,
-    _opts: &MountOptions,
+    volume: Volume,
+    cipherdir: &Path,
+    mountpoint: &Path,
+    opts: &MountOptions,
 ) -> io::Result<Mounted> {
-    Err(io::Error::other("FUSE front end not implemented yet"))
+    sys::raise_nofile_limit();
+    let fs = fs::CloakFs::new(volume, cipherdir, opts.cache_timeout, opts.read_only)?;
+    // Resolved now: once mounted, looking at the mount point waits for the server.
+    let canonical = std::fs::canonicalize(mountpoint).ok();
+    let session = fuser::Session::new(fs, mountpoint, &opts.session_config()).map_err(|e| {
+        let hint = match e.kind() {
+            io::ErrorKind::NotFound if !Path::new("/dev/fuse").exists() => {
+                " (/dev/fuse is missing: load the fuse module)"
+            }
+            io::ErrorKind::NotFound => " (is fusermount3 installed?)",
+            io::ErrorKind::PermissionDenied => {
+                " (allow_other needs user_allow_other in /etc/fuse.conf)"
+            }
+            _ => "",
+        };
+        io::Error::new(
+            e.kind(),
+            format!("mounting {}: {e}{hint}", mountpoint.display()),
+        )
+    })?;
+    if let Some(p) = canonical {
+        sys::raise_readahead(&p, u64::from(ops::MAX_WRITE / 1024));
+    }
+    Ok(Mounted {
+        session,
+        mountpoint: mountpoint.to_path_buf(),
+    })
 }
 
 impl Mounted {
     /// Serves requests until the file system is unmounted; returns after every pending write
-    /// reached the cipher directory.
+    /// reached the cipher directory and every backing file is closed (call `syncfs` on the
+    /// cipher directory afterwards for durability). Logs one info line when it ends normally,
+    /// one error line otherwise.
     pub fn run(self) -> io::Result<()> {
-        Ok(())
+        let Mounted {
+            session,
+            mountpoint,
+        } = self;
+        let mut background = session.spawn()?;
+        // fuser unmounts again when its session handle goes, even after the unmount that
+        // ended the session (its "still mounted?" check cannot tell): as root that fails
+        // noisily, without root it runs `fusermount3 -u -z`, which could detach a new mount
+        // at the same place. So the handle (mount record and one /dev/fuse descriptor, both
+        // inert after the unmount) is leaked on purpose, and only its thread is joined.
+        let worker = std::mem::replace(&mut background.guard, std::thread::spawn(|| Ok(())));
+        std::mem::forget(background);
+        let r = worker
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("FUSE session thread panicked")));
+        match &r {
+            Ok(()) => tracing::info!("{}: unmounted", mountpoint.display()),
+            Err(e) => {
+                tracing::error!("{}: FUSE session failed: {e}", mountpoint.display());
+                // The kernel may still hold a mount nobody serves: detach it.
+                sys::detach(&mountpoint);
+            }
+        }
+        r
+    }
+
+    /// A handle for sending cache invalidations to the kernel.
+    pub fn notifier(&self) -> fuser::Notifier {
+        self.session.notifier()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_options_map() {
+        assert_eq!(
+            kernel_option("nosuid"),
+            KernelOption::Mount(MountOption::NoSuid)
+        );
+        assert_eq!(kernel_option("allow_other"), KernelOption::AllowOther);
+        assert_eq!(kernel_option("relatime"), KernelOption::Default);
+        assert_eq!(kernel_option("nodiratime"), KernelOption::Unsupported);
+        assert_eq!(
+            kernel_option("max_read=4096"),
+            KernelOption::Mount(MountOption::CUSTOM("max_read=4096".into()))
+        );
+        let mut o = MountOptions::new(Path::new("/c"));
+        o.read_only = true;
+        o.kernel_options = vec!["noexec".into(), "allow_root".into()];
+        let c = o.session_config();
+        assert!(c.mount_options.contains(&MountOption::RO));
+        assert!(c.mount_options.contains(&MountOption::NoExec));
+        assert_eq!(c.acl, SessionACL::RootAndOwner);
+        assert!(c.clone_fd);
     }
 }

@@ -1,0 +1,448 @@
+//! Directories: directory IDs, name encryption per directory, long-name sidecars, listings,
+//! and the crash-safe creation and removal of backing directories.
+
+use crate::fs::CloakFs;
+use crate::inode::Inode;
+use crate::sys::{self, errno, Res};
+use cloakfs_core::names::{self, DirId, EntryKind, StoredName, DIRID_FILE};
+use cloakfs_core::paths::{parse_dir_id, DIRID_LEN};
+use fuser::{Errno, FileType};
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use rustix::fs::{AtFlags, Dir, Mode, RenameFlags};
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::sync::{Arc, Mutex};
+
+/// Mode of `cloakfs.dirid` files (gocryptfs uses the same for its `gocryptfs.diriv`).
+const DIRID_MODE: u32 = 0o440;
+/// Mode of long-name sidecar files.
+const SIDECAR_MODE: u32 = 0o440;
+/// Prefix of directories being built by mkdir (internal: never listed).
+const TMP_PREFIX: &str = "cloakfs.tmp.";
+
+/// One entry of a plaintext directory listing.
+#[derive(Debug, Clone)]
+pub(crate) struct ListEntry {
+    pub name: OsString,
+    pub ino: u64,
+    pub kind: FileType,
+    /// The backing name (None for `.` and `..`), for readdirplus lookups.
+    pub backing: Option<String>,
+    /// The backing directory offset that resumes the listing after this entry.
+    pub next: u64,
+}
+
+/// An open directory: the listing snapshot its readdir offsets point into.
+#[derive(Debug, Default)]
+pub(crate) struct DirHandle {
+    pub state: Mutex<Snapshot>,
+}
+
+/// A directory handle's listing and where the last reply stopped in it.
+#[derive(Debug, Default)]
+pub(crate) struct Snapshot {
+    pub entries: Option<Arc<Vec<ListEntry>>>,
+    /// Index of the first entry not yet replied (finds the next offset without a search).
+    pub resume: usize,
+}
+
+fn kind_of_dirent(t: rustix::fs::FileType) -> Option<FileType> {
+    use rustix::fs::FileType as T;
+    Some(match t {
+        T::RegularFile => FileType::RegularFile,
+        T::Directory => FileType::Directory,
+        T::Symlink => FileType::Symlink,
+        T::Fifo => FileType::NamedPipe,
+        T::Socket => FileType::Socket,
+        T::CharacterDevice => FileType::CharDevice,
+        T::BlockDevice => FileType::BlockDevice,
+        T::Unknown => return None,
+    })
+}
+
+impl CloakFs {
+    /// The ID of directory `dir`, read from its `cloakfs.dirid` on first use.
+    pub(crate) fn dir_id(&self, dir: &Inode) -> Res<DirId> {
+        if let Some(id) = dir.dir_id.get() {
+            return Ok(*id);
+        }
+        if dir.kind != crate::inode::Kind::Dir {
+            return Err(Errno::ENOTDIR);
+        }
+        let id = match sys::read_small(dir.fd(), DIRID_FILE, DIRID_LEN) {
+            Ok(bytes) => parse_dir_id(&bytes).map_err(|e| self.fail(&e, dir.fd(), None))?,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                let fresh = self
+                    .warned
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert((dir.nodeid, DIRID_FILE.as_bytes().to_vec()));
+                if fresh {
+                    tracing::error!(
+                        "{}: directory has no {DIRID_FILE}; its entries cannot be named",
+                        sys::describe(dir.fd())
+                    );
+                }
+                return Err(Errno::EIO);
+            }
+            Err(e) => return Err(sys::io_errno(&e)),
+        };
+        Ok(*dir.dir_id.get_or_init(|| id))
+    }
+
+    /// The stored form of plaintext `name` inside directory `dir`.
+    pub(crate) fn stored_name(&self, dir: &Inode, name: &OsStr) -> Res<StoredName> {
+        let id = self.dir_id(dir)?;
+        self.volume
+            .names()
+            .encrypt(&id, name.as_bytes())
+            .map_err(|e| Errno::from_i32(e.errno()))
+    }
+
+    /// Writes the sidecar of a long name before its entry is created. Returns whether this
+    /// call created it (so a failed operation can take it back).
+    pub(crate) fn write_sidecar(&self, dir: BorrowedFd<'_>, stored: &StoredName) -> Res<bool> {
+        let StoredName::Long { backing, full } = stored else {
+            return Ok(false);
+        };
+        match sys::write_new_durable(
+            dir,
+            &names::sidecar_name(backing),
+            full.as_bytes(),
+            SIDECAR_MODE,
+        ) {
+            Ok(()) => Ok(true),
+            // Same name, same hash, same content: it is already the right sidecar.
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(false),
+            Err(e) => Err(sys::io_errno(&e)),
+        }
+    }
+
+    /// Removes the sidecar of a long name after its entry is gone.
+    pub(crate) fn remove_sidecar(&self, dir: BorrowedFd<'_>, stored: &StoredName) {
+        if let StoredName::Long { backing, .. } = stored {
+            let side = names::sidecar_name(backing);
+            if let Err(e) = rustix::fs::unlinkat(dir, side.as_str(), AtFlags::empty()) {
+                if e != rustix::io::Errno::NOENT {
+                    tracing::warn!(
+                        "{}/{side}: cannot remove long-name sidecar: {e}",
+                        sys::describe(dir)
+                    );
+                }
+            }
+        }
+    }
+
+    /// Logs (once per backing entry) that a listed name does not decrypt.
+    fn warn_bad_name(&self, dir: &Inode, backing: &[u8], why: &str) {
+        let key = (dir.nodeid, backing.to_vec());
+        let fresh = self
+            .warned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key);
+        if fresh {
+            tracing::warn!(
+                "{}/{}: {why}; not listed",
+                sys::describe(dir.fd()),
+                String::from_utf8_lossy(backing)
+            );
+        }
+    }
+
+    /// The full encrypted name stored in the sidecar of long entry `backing`.
+    fn read_sidecar(dir: BorrowedFd<'_>, backing: &str) -> Result<String, &'static str> {
+        let bytes = sys::read_small(dir, &names::sidecar_name(backing), 4096)
+            .map_err(|_| "long name without a readable sidecar")?;
+        let full = String::from_utf8(bytes).map_err(|_| "long-name sidecar is not text")?;
+        let full = full.trim_end().to_string();
+        if names::long_backing_name(&full) != backing {
+            return Err("long-name sidecar does not match its entry");
+        }
+        Ok(full)
+    }
+
+    /// Decrypts the listing of directory `dir` from backing offset `from` (0: the start): its
+    /// entries in backing order, `.` and `..` included, without cloakfs's own files and
+    /// without names that fail to decrypt. Each entry carries the backing offset that resumes
+    /// after it, so offsets stay as stable as the backing file system makes them, across
+    /// handles too.
+    pub(crate) fn list(&self, dir: &Inode, from: u64) -> Res<Vec<ListEntry>> {
+        let id = self.dir_id(dir)?;
+        let rfd = sys::open_dir(dir.fd()).map_err(errno)?;
+        let dev = crate::attr::Meta::from_stat(&rustix::fs::fstat(&rfd).map_err(errno)?).dev;
+        let mut d = Dir::new(rfd).map_err(errno)?;
+        if from != 0 {
+            d.seek(from as i64).map_err(errno)?;
+        }
+        let mut out = Vec::new();
+        while let Some(ent) = d.read() {
+            let ent = ent.map_err(errno)?;
+            let raw = ent.file_name().to_bytes();
+            let next = ent.offset() as u64;
+            if raw == b"." || raw == b".." {
+                out.push(ListEntry {
+                    name: OsStr::from_bytes(raw).to_owned(),
+                    ino: if raw == b"." {
+                        dir.nodeid
+                    } else {
+                        self.inodes.number_hint(dev, ent.ino())
+                    },
+                    kind: FileType::Directory,
+                    backing: None,
+                    next,
+                });
+                continue;
+            }
+            let Ok(name) = std::str::from_utf8(raw) else {
+                self.warn_bad_name(dir, raw, "backing name is not text");
+                continue;
+            };
+            let plain = match names::classify(name) {
+                EntryKind::Internal => continue,
+                EntryKind::Encrypted(e) => self.volume.names().decrypt(&id, e).map_err(|_| {
+                    "name does not decrypt in this directory (tampered, moved or from another volume)"
+                }),
+                EntryKind::Long(b) => {
+                    let dfd = d.fd().map_err(errno)?;
+                    Self::read_sidecar(dfd, b).and_then(|full| {
+                        self.volume.names().decrypt(&id, &full).map_err(|_| {
+                            "long name does not decrypt in this directory (tampered, moved or from another volume)"
+                        })
+                    })
+                }
+            };
+            let plain = match plain {
+                Ok(p) => p,
+                Err(why) => {
+                    self.warn_bad_name(dir, raw, why);
+                    continue;
+                }
+            };
+            let kind = match kind_of_dirent(ent.file_type()) {
+                Some(k) => k,
+                None => {
+                    let dfd = d.fd().map_err(errno)?;
+                    match rustix::fs::statat(dfd, name, AtFlags::SYMLINK_NOFOLLOW) {
+                        Ok(st) => crate::attr::Meta::from_stat(&st)
+                            .kind()
+                            .unwrap_or(FileType::RegularFile),
+                        Err(_) => continue,
+                    }
+                }
+            };
+            out.push(ListEntry {
+                name: OsString::from_vec(plain),
+                ino: self.inodes.number_hint(dev, ent.ino()),
+                kind,
+                backing: Some(name.to_string()),
+                next,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Creates backing directory `stored` in `parent` with a fresh directory ID.
+    ///
+    /// The directory is built under an internal temporary name: its `cloakfs.dirid` is written
+    /// and synced, and the directory synced, before it is renamed to its real name. A crash
+    /// can therefore leave an unlisted temporary directory, but never a listed directory
+    /// without its ID (gocryptfs #1033 lost directories to an empty `gocryptfs.diriv`).
+    /// `owner` is applied before the rename, so no other user ever sees it with our owner.
+    pub(crate) fn make_dir(
+        &self,
+        parent: &Inode,
+        stored: &StoredName,
+        mode: u32,
+        owner: Option<(u32, Option<u32>)>,
+    ) -> Res<(OwnedFd, DirId)> {
+        let pfd = parent.fd();
+        let tmp = format!("{TMP_PREFIX}{}", hex(&cloakfs_core::random::array::<8>()));
+        // Writable and searchable by us until the ID is in place.
+        rustix::fs::mkdirat(pfd, tmp.as_str(), Mode::from_raw_mode(mode | 0o300)).map_err(errno)?;
+        let id = DirId::random();
+        let built = (|| -> Res<OwnedFd> {
+            let dfd = rustix::fs::openat(
+                pfd,
+                tmp.as_str(),
+                rustix::fs::OFlags::RDONLY
+                    | rustix::fs::OFlags::DIRECTORY
+                    | rustix::fs::OFlags::NOFOLLOW
+                    | rustix::fs::OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(errno)?;
+            sys::write_new_durable(dfd.as_fd(), DIRID_FILE, &id.0, DIRID_MODE)
+                .map_err(|e| sys::io_errno(&e))?;
+            if let Some((uid, gid)) = owner {
+                chown(dfd.as_fd(), DIRID_FILE, uid, gid)?;
+                chown(dfd.as_fd(), "", uid, gid)?;
+            }
+            if mode & 0o300 != 0o300 {
+                let st = crate::attr::Meta::from_stat(&rustix::fs::fstat(&dfd).map_err(errno)?);
+                // Keep a set-group-ID bit inherited from the parent.
+                let keep = st.mode & libc::S_ISGID;
+                rustix::fs::fchmod(&dfd, Mode::from_raw_mode((mode & 0o7777) | keep))
+                    .map_err(errno)?;
+            }
+            rustix::fs::fsync(&dfd).map_err(errno)?;
+            let created = self.write_sidecar(pfd, stored)?;
+            let moved = rename_noreplace(pfd, &tmp, stored.backing());
+            if moved.is_err() && created {
+                self.remove_sidecar(pfd, stored);
+            }
+            moved?;
+            Ok(dfd)
+        })();
+        match built {
+            Ok(dfd) => Ok((dfd, id)),
+            Err(e) => {
+                if let Ok(t) = open_subdir(pfd, tmp.as_str()) {
+                    let _ = rustix::fs::unlinkat(&t, DIRID_FILE, AtFlags::empty());
+                }
+                let _ = rustix::fs::unlinkat(pfd, tmp.as_str(), AtFlags::REMOVEDIR);
+                Err(e)
+            }
+        }
+    }
+
+    /// Removes backing directory `stored` from `parent` if it holds nothing but cloakfs's own
+    /// files.
+    pub(crate) fn remove_dir(&self, parent: &Inode, stored: &StoredName) -> Res<()> {
+        let pfd = parent.fd();
+        self.emptied_then(parent, stored, || {
+            rustix::fs::unlinkat(pfd, stored.backing(), AtFlags::REMOVEDIR)
+        })?;
+        self.remove_sidecar(pfd, stored);
+        Ok(())
+    }
+
+    /// Runs `op`, which removes or replaces backing directory `stored` of `parent`, once that
+    /// directory holds nothing but cloakfs's own files (ENOTEMPTY otherwise). Leftovers of
+    /// crashes go first, the directory ID last; if `op` then fails, the same ID is put back.
+    pub(crate) fn emptied_then(
+        &self,
+        parent: &Inode,
+        stored: &StoredName,
+        op: impl FnOnce() -> rustix::io::Result<()>,
+    ) -> Res<()> {
+        let dfd = rustix::fs::openat(
+            parent.fd(),
+            stored.backing(),
+            rustix::fs::OFlags::RDONLY
+                | rustix::fs::OFlags::DIRECTORY
+                | rustix::fs::OFlags::NOFOLLOW
+                | rustix::fs::OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(errno)?;
+        let mut internal = Vec::new();
+        {
+            let mut d = Dir::read_from(&dfd).map_err(errno)?;
+            while let Some(ent) = d.read() {
+                let ent = ent.map_err(errno)?;
+                let raw = ent.file_name().to_bytes();
+                if raw == b"." || raw == b".." {
+                    continue;
+                }
+                match std::str::from_utf8(raw).map(names::classify) {
+                    Ok(EntryKind::Internal) if raw != DIRID_FILE.as_bytes() => {
+                        internal.push((raw.to_vec(), ent.file_type()))
+                    }
+                    Ok(EntryKind::Internal) => {}
+                    _ => return Err(Errno::ENOTEMPTY),
+                }
+            }
+        }
+        for (name, t) in internal {
+            let name = OsStr::from_bytes(&name);
+            let r = if t == rustix::fs::FileType::Directory {
+                // A directory left by an interrupted mkdir: empty but for its ID.
+                if let Ok(t) = open_subdir(dfd.as_fd(), name) {
+                    let _ = rustix::fs::unlinkat(&t, DIRID_FILE, AtFlags::empty());
+                }
+                rustix::fs::unlinkat(&dfd, name, AtFlags::REMOVEDIR)
+            } else {
+                rustix::fs::unlinkat(&dfd, name, AtFlags::empty())
+            };
+            match r {
+                Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+                Err(_) => return Err(Errno::ENOTEMPTY),
+            }
+        }
+        let saved = match sys::read_small(dfd.as_fd(), DIRID_FILE, DIRID_LEN) {
+            Ok(b) => Some(b),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => None,
+            Err(e) => return Err(sys::io_errno(&e)),
+        };
+        if saved.is_some() {
+            rustix::fs::unlinkat(&dfd, DIRID_FILE, AtFlags::empty()).map_err(errno)?;
+        }
+        if let Err(e) = op() {
+            if let Some(bytes) = saved {
+                if let Err(re) = sys::write_new_durable(dfd.as_fd(), DIRID_FILE, &bytes, DIRID_MODE)
+                {
+                    tracing::error!(
+                        "{}: removal failed ({e}) and the directory ID could not be restored: {re}",
+                        sys::describe(dfd.as_fd())
+                    );
+                }
+            }
+            return Err(errno(e));
+        }
+        Ok(())
+    }
+}
+
+/// `chown` of `name` in `dir` (or of `dir` itself for an empty name), never following a
+/// symlink; `gid` None keeps the group.
+pub(crate) fn chown(dir: BorrowedFd<'_>, name: &str, uid: u32, gid: Option<u32>) -> Res<()> {
+    let flags = if name.is_empty() {
+        AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW
+    } else {
+        AtFlags::SYMLINK_NOFOLLOW
+    };
+    rustix::fs::chownat(
+        dir,
+        name,
+        Some(rustix::fs::Uid::from_raw(uid)),
+        gid.map(rustix::fs::Gid::from_raw),
+        flags,
+    )
+    .map_err(errno)
+}
+
+/// Opens subdirectory `name` of `dir` as an `O_PATH` handle.
+fn open_subdir<P: rustix::path::Arg>(dir: BorrowedFd<'_>, name: P) -> rustix::io::Result<OwnedFd> {
+    rustix::fs::openat(
+        dir,
+        name,
+        rustix::fs::OFlags::PATH
+            | rustix::fs::OFlags::DIRECTORY
+            | rustix::fs::OFlags::NOFOLLOW
+            | rustix::fs::OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+}
+
+/// Renames `from` to `to` in the same directory, failing with EEXIST if `to` exists.
+fn rename_noreplace(dir: BorrowedFd<'_>, from: &str, to: &str) -> Res<()> {
+    match rustix::fs::renameat_with(dir, from, dir, to, RenameFlags::NOREPLACE) {
+        Ok(()) => Ok(()),
+        Err(rustix::io::Errno::INVAL) => {
+            // The backing file system lacks RENAME_NOREPLACE (e.g. NFS): check, then rename.
+            match rustix::fs::statat(dir, to, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(_) => Err(Errno::EEXIST),
+                Err(rustix::io::Errno::NOENT) => {
+                    rustix::fs::renameat(dir, from, dir, to).map_err(errno)
+                }
+                Err(e) => Err(errno(e)),
+            }
+        }
+        Err(e) => Err(errno(e)),
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,219 @@
+//! Directory entries: lookup, creation of every kind of node, removal, rename and hard
+//! links. Every plaintext name is encrypted with its parent's directory ID; a long name's
+//! sidecar is written before its entry appears and removed after it is gone.
+
+use crate::dir::chown;
+use crate::fs::CloakFs;
+use crate::inode::{Inode, Kind};
+use crate::sys::{self, errno, Res};
+use fuser::{Errno, FileAttr, INodeNo, RenameFlags, Request};
+use rustix::fd::AsFd;
+use rustix::fs::{AtFlags, Mode, OFlags};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+impl CloakFs {
+    pub(crate) fn do_lookup(&self, parent: INodeNo, name: &OsStr) -> Res<FileAttr> {
+        let p = self.node(parent)?;
+        let stored = self.stored_name(&p, name)?;
+        self.lookup_backing(&p, stored.backing()).map(|(_, a)| a)
+    }
+
+    /// Gives a just-created entry to its creator if needed, and looks it up for the kernel.
+    pub(crate) fn finish_create(&self, req: &Request, p: &Inode, backing: &str) -> Res<FileAttr> {
+        if let Some((uid, gid)) = self.new_owner(req, p) {
+            chown(p.fd(), backing, uid, gid)?;
+        }
+        self.lookup_backing(p, backing).map(|(_, a)| a)
+    }
+
+    pub(crate) fn do_readlink(&self, ino: INodeNo) -> Res<Vec<u8>> {
+        let inode = self.node(ino)?;
+        if inode.kind != Kind::Symlink {
+            return Err(Errno::EINVAL);
+        }
+        let stored = rustix::fs::readlinkat(inode.fd(), "", Vec::new()).map_err(errno)?;
+        self.volume
+            .meta()
+            .decrypt_symlink(stored.as_bytes())
+            .map_err(|e| self.fail(&e, inode.fd(), Some("symlink target")))
+    }
+
+    pub(crate) fn do_mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        rdev: u32,
+    ) -> Res<FileAttr> {
+        self.writable()?;
+        sys::exact_modes();
+        let p = self.node(parent)?;
+        let stored = self.stored_name(&p, name)?;
+        let created = self.write_sidecar(p.fd(), &stored)?;
+        let made = rustix::fs::mknodat(
+            p.fd(),
+            stored.backing(),
+            rustix::fs::FileType::from_raw_mode(mode),
+            Mode::from_raw_mode(mode & 0o7777),
+            u64::from(rdev),
+        );
+        if let Err(e) = made {
+            if created {
+                self.remove_sidecar(p.fd(), &stored);
+            }
+            return Err(errno(e));
+        }
+        self.finish_create(req, &p, stored.backing())
+    }
+
+    pub(crate) fn do_mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+    ) -> Res<FileAttr> {
+        self.writable()?;
+        sys::exact_modes();
+        let p = self.node(parent)?;
+        let stored = self.stored_name(&p, name)?;
+        let (dfd, id) = self.make_dir(&p, &stored, mode & 0o7777, self.new_owner(req, &p))?;
+        let fd = sys::reopen(dfd.as_fd(), OFlags::PATH | OFlags::DIRECTORY).map_err(errno)?;
+        let (inode, attr) = self.lookup_fd(fd)?;
+        let _ = inode.dir_id.set(id);
+        Ok(attr)
+    }
+
+    pub(crate) fn do_unlink(&self, parent: INodeNo, name: &OsStr) -> Res<()> {
+        self.writable()?;
+        let p = self.node(parent)?;
+        let stored = self.stored_name(&p, name)?;
+        rustix::fs::unlinkat(p.fd(), stored.backing(), AtFlags::empty()).map_err(errno)?;
+        self.remove_sidecar(p.fd(), &stored);
+        Ok(())
+    }
+
+    pub(crate) fn do_rmdir(&self, parent: INodeNo, name: &OsStr) -> Res<()> {
+        self.writable()?;
+        let p = self.node(parent)?;
+        let stored = self.stored_name(&p, name)?;
+        self.remove_dir(&p, &stored)
+    }
+
+    pub(crate) fn do_symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        target: &Path,
+    ) -> Res<FileAttr> {
+        self.writable()?;
+        sys::exact_modes();
+        let p = self.node(parent)?;
+        let stored = self.stored_name(&p, name)?;
+        let enc = self
+            .volume
+            .meta()
+            .encrypt_symlink(target.as_os_str().as_bytes())
+            .map_err(|e| Errno::from_i32(e.errno()))?;
+        let created = self.write_sidecar(p.fd(), &stored)?;
+        if let Err(e) = rustix::fs::symlinkat(enc.as_str(), p.fd(), stored.backing()) {
+            if created {
+                self.remove_sidecar(p.fd(), &stored);
+            }
+            return Err(errno(e));
+        }
+        self.finish_create(req, &p, stored.backing())
+    }
+
+    pub(crate) fn do_rename(
+        &self,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+    ) -> Res<()> {
+        self.writable()?;
+        if flags.contains(RenameFlags::RENAME_WHITEOUT) {
+            return Err(Errno::EINVAL);
+        }
+        let exchange = flags.contains(RenameFlags::RENAME_EXCHANGE);
+        let p = self.node(parent)?;
+        let np = self.node(newparent)?;
+        let from = self.stored_name(&p, name)?;
+        let to = self.stored_name(&np, newname)?;
+        // After an exchange both names still exist, each with its own sidecar.
+        let created = if exchange {
+            false
+        } else {
+            self.write_sidecar(np.fd(), &to)?
+        };
+        let mut rflags = rustix::fs::RenameFlags::empty();
+        if exchange {
+            rflags |= rustix::fs::RenameFlags::EXCHANGE;
+        }
+        if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+            rflags |= rustix::fs::RenameFlags::NOREPLACE;
+        }
+        let rename = || {
+            if rflags.is_empty() {
+                rustix::fs::renameat(p.fd(), from.backing(), np.fd(), to.backing())
+            } else {
+                rustix::fs::renameat_with(p.fd(), from.backing(), np.fd(), to.backing(), rflags)
+            }
+        };
+        let moved = match rename() {
+            // The target directory is empty in the plaintext view but holds its ID.
+            Err(rustix::io::Errno::NOTEMPTY | rustix::io::Errno::EXIST) if rflags.is_empty() => {
+                self.emptied_then(&np, &to, rename)
+            }
+            r => r.map_err(errno),
+        };
+        if let Err(e) = moved {
+            if created {
+                self.remove_sidecar(np.fd(), &to);
+            }
+            return Err(e);
+        }
+        let same_entry = p.nodeid == np.nodeid && from.backing() == to.backing();
+        if !exchange && !same_entry {
+            self.remove_sidecar(p.fd(), &from);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn do_link(
+        &self,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+    ) -> Res<FileAttr> {
+        self.writable()?;
+        let inode = self.node(ino)?;
+        if inode.kind == Kind::Dir {
+            return Err(Errno::EPERM);
+        }
+        let np = self.node(newparent)?;
+        let stored = self.stored_name(&np, newname)?;
+        let created = self.write_sidecar(np.fd(), &stored)?;
+        // The /proc link reaches exactly this object (also an unlinked or a symlink one).
+        let linked = rustix::fs::linkat(
+            rustix::fs::CWD,
+            sys::proc_path(inode.fd()),
+            np.fd(),
+            stored.backing(),
+            AtFlags::SYMLINK_FOLLOW,
+        );
+        if let Err(e) = linked {
+            if created {
+                self.remove_sidecar(np.fd(), &stored);
+            }
+            return Err(errno(e));
+        }
+        self.lookup_backing(&np, stored.backing()).map(|(_, a)| a)
+    }
+}

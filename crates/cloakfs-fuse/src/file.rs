@@ -1,0 +1,225 @@
+//! Regular files and attributes: open, create, read, fallocate and setattr, all through the
+//! node's shared plaintext file.
+
+use crate::attr;
+use crate::fs::CloakFs;
+use crate::inode::Kind;
+use crate::sys::{self, errno, Res};
+use fuser::{Errno, FileAttr, INodeNo, ReplyData, Request, TimeOrNow};
+use rustix::fd::AsFd;
+use rustix::fs::{AtFlags, Mode, OFlags};
+use std::cell::RefCell;
+use std::ffi::OsStr;
+
+thread_local! {
+    /// Reply buffer for reads, reused by every read on this worker thread.
+    static READ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+impl CloakFs {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn do_setattr(
+        &self,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+    ) -> Res<FileAttr> {
+        let inode = self.node(ino)?;
+        let changes = mode.is_some()
+            || uid.is_some()
+            || gid.is_some()
+            || size.is_some()
+            || atime.is_some()
+            || mtime.is_some();
+        if changes {
+            self.writable()?;
+        }
+        let fd = inode.fd();
+        if let Some(mode) = mode {
+            if inode.kind == Kind::Symlink {
+                return Err(Errno::EOPNOTSUPP);
+            }
+            rustix::fs::chmod(sys::proc_path(fd), Mode::from_raw_mode(mode & 0o7777))
+                .map_err(errno)?;
+        }
+        if uid.is_some() || gid.is_some() {
+            rustix::fs::chownat(
+                fd,
+                "",
+                uid.map(rustix::fs::Uid::from_raw),
+                gid.map(rustix::fs::Gid::from_raw),
+                AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .map_err(errno)?;
+        }
+        if let Some(size) = size {
+            self.check_size(size, 0)?;
+            self.with_file(&inode, true, |f| f.truncate(size))?;
+        }
+        if atime.is_some() || mtime.is_some() {
+            rustix::fs::utimensat(
+                fd,
+                "",
+                &attr::timestamps(atime, mtime),
+                AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .map_err(errno)?;
+        }
+        self.stat(&inode)
+    }
+
+    pub(crate) fn do_open(&self, ino: INodeNo, flags: i32) -> Res<()> {
+        let inode = self.node(ino)?;
+        match inode.kind {
+            Kind::File => {}
+            Kind::Dir => return Err(Errno::EISDIR),
+            _ => return Err(Errno::EINVAL),
+        }
+        let trunc = flags & libc::O_TRUNC != 0;
+        let writable = flags & libc::O_ACCMODE != libc::O_RDONLY || trunc;
+        if writable {
+            self.writable()?;
+        }
+        let f = inode
+            .acquire(&self.codec, writable, self.read_only)
+            .map_err(|e| self.fail(&e, inode.fd(), None))?;
+        if trunc {
+            if let Err(e) = f.truncate(0) {
+                let errno = self.fail(&e, f.backing().as_fd(), None);
+                drop(f);
+                inode.release();
+                return Err(errno);
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn do_create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        flags: i32,
+    ) -> Res<FileAttr> {
+        self.writable()?;
+        sys::exact_modes();
+        let p = self.node(parent)?;
+        let stored = self.stored_name(&p, name)?;
+        let created = self.write_sidecar(p.fd(), &stored)?;
+        let mut oflags = OFlags::CREATE | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        if flags & libc::O_EXCL != 0 {
+            oflags |= OFlags::EXCL;
+        }
+        let perm = Mode::from_raw_mode(mode & 0o7777);
+        let fd = match rustix::fs::openat(p.fd(), stored.backing(), oflags, perm) {
+            Ok(fd) => fd,
+            Err(e)
+                if flags & libc::O_ACCMODE == libc::O_RDONLY
+                    && matches!(e, rustix::io::Errno::ACCESS | rustix::io::Errno::PERM) =>
+            {
+                // An existing file we may only read: open it like open(2) would.
+                let (inode, attr) = self
+                    .lookup_backing(&p, stored.backing())
+                    .map_err(|_| errno(e))?;
+                if inode.kind != Kind::File {
+                    self.inodes.forget(inode.nodeid, 1);
+                    return Err(Errno::EISDIR);
+                }
+                if let Err(e) = inode.acquire(&self.codec, false, self.read_only) {
+                    self.inodes.forget(inode.nodeid, 1);
+                    return Err(self.fail(&e, inode.fd(), None));
+                }
+                return Ok(attr);
+            }
+            Err(e) => {
+                if created {
+                    self.remove_sidecar(p.fd(), &stored);
+                }
+                return Err(errno(e));
+            }
+        };
+        if let Some((uid, gid)) = self.new_owner(req, &p) {
+            rustix::fs::fchown(
+                &fd,
+                Some(rustix::fs::Uid::from_raw(uid)),
+                gid.map(rustix::fs::Gid::from_raw),
+            )
+            .map_err(errno)?;
+        }
+        let pfd = sys::reopen(fd.as_fd(), OFlags::PATH).map_err(errno)?;
+        let (inode, attr) = self.lookup_fd(pfd)?;
+        let file = match inode.install(&self.codec, fd) {
+            Ok(f) => f,
+            Err(e) => {
+                self.inodes.forget(inode.nodeid, 1);
+                return Err(self.fail(&e, inode.fd(), None));
+            }
+        };
+        if flags & libc::O_TRUNC == 0 || file.size() == 0 {
+            return Ok(attr);
+        }
+        // An existing file opened with O_TRUNC.
+        if let Err(e) = file.truncate(0) {
+            let errno = self.fail(&e, file.backing().as_fd(), None);
+            drop(file);
+            inode.release();
+            self.inodes.forget(inode.nodeid, 1);
+            return Err(errno);
+        }
+        self.stat(&inode)
+    }
+
+    pub(crate) fn do_read(&self, ino: INodeNo, offset: u64, size: u32, reply: ReplyData) {
+        let inode = match self.node(ino) {
+            Ok(i) => i,
+            Err(e) => return reply.error(e),
+        };
+        let size = size as usize;
+        READ_BUF.with_borrow_mut(|buf| {
+            if buf.len() < size {
+                buf.resize(size, 0);
+            }
+            match self.with_file(&inode, false, |f| f.read_at(offset, &mut buf[..size])) {
+                Ok(n) => reply.data(&buf[..n]),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    pub(crate) fn do_fallocate(
+        &self,
+        ino: INodeNo,
+        offset: u64,
+        length: u64,
+        mode: i32,
+    ) -> Res<()> {
+        const KEEP: i32 = libc::FALLOC_FL_KEEP_SIZE;
+        const PUNCH: i32 = libc::FALLOC_FL_PUNCH_HOLE;
+        const ZERO: i32 = libc::FALLOC_FL_ZERO_RANGE;
+        self.writable()?;
+        if !matches!(mode, 0 | KEEP | ZERO) && mode != PUNCH | KEEP && mode != ZERO | KEEP {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        self.check_size(offset, length)?;
+        let end = offset + length;
+        let inode = self.node(ino)?;
+        self.with_file(&inode, true, |f| match mode {
+            0 => f.allocate(offset, length, false),
+            KEEP => f.allocate(offset, length, true),
+            m if m & ZERO != 0 => {
+                // Zeros in place, and growth (unless KEEP_SIZE) reads as zeros too.
+                f.punch_hole(offset, length)?;
+                if m & KEEP == 0 && end > f.size() {
+                    f.truncate(end)?;
+                }
+                Ok(())
+            }
+            _ => f.punch_hole(offset, length),
+        })
+    }
+}

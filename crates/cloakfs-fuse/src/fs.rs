@@ -1,0 +1,263 @@
+//! The file system state and the helpers every request handler shares: node lookup, errors of
+//! the core library, attributes, and access to a node's open plaintext file.
+
+use crate::attr::{self, Meta};
+use crate::dir::DirHandle;
+use crate::inode::{Inode, InodeTable, Kind};
+use crate::sys::{self, errno, Res};
+use cloakfs_core::content::ContentCodec;
+use cloakfs_core::file::ContentFile;
+use cloakfs_core::Volume;
+use fuser::{AccessFlags, Errno, FileAttr, INodeNo, Request};
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use rustix::fs::AtFlags;
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The mounted plaintext view of one cipher directory.
+pub(crate) struct CloakFs {
+    pub(crate) volume: Volume,
+    pub(crate) codec: Arc<ContentCodec>,
+    pub(crate) inodes: InodeTable,
+    pub(crate) dirs: Mutex<HashMap<u64, Arc<DirHandle>>>,
+    next_fh: AtomicU64,
+    /// Attribute and entry lifetime in the kernel's caches.
+    pub(crate) ttl: Duration,
+    pub(crate) read_only: bool,
+    /// Largest plaintext size whose backing offsets still fit a signed 64-bit file offset.
+    pub(crate) max_size: u64,
+    /// Effective user of the daemon (root chowns new objects to their creator).
+    euid: u32,
+    /// Backing entries already reported as undecryptable (directory node, backing name).
+    pub(crate) warned: Mutex<HashSet<(u64, Vec<u8>)>>,
+}
+
+impl CloakFs {
+    /// Opens the cipher directory's root for serving `volume`.
+    pub(crate) fn new(
+        volume: Volume,
+        cipherdir: &Path,
+        ttl: Duration,
+        read_only: bool,
+    ) -> std::io::Result<Self> {
+        let fd = rustix::fs::open(
+            cipherdir,
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(|e| {
+            std::io::Error::new(
+                std::io::Error::from(e).kind(),
+                format!("cipher directory {}: {e}", cipherdir.display()),
+            )
+        })?;
+        let meta = Meta::from_stat(&rustix::fs::fstat(&fd)?);
+        let inodes = InodeTable::new(fd, &meta, volume.root_dir_id());
+        let layout = volume.content().layout();
+        let max_size = (i64::MAX as u64 - cloakfs_core::layout::HEADER_LEN)
+            / layout.cipher_block_size()
+            * layout.block_size();
+        Ok(Self {
+            max_size,
+            codec: volume.content().clone(),
+            volume,
+            inodes,
+            dirs: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            ttl,
+            read_only,
+            euid: rustix::process::geteuid().as_raw(),
+            warned: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// The node `nodeid`; ESTALE if the kernel should not know it.
+    pub(crate) fn node(&self, nodeid: fuser::INodeNo) -> Res<Arc<Inode>> {
+        self.inodes.get(nodeid.0).ok_or(Errno::ESTALE)
+    }
+
+    /// Refuses a change on a read-only mount.
+    pub(crate) fn writable(&self) -> Res<()> {
+        if self.read_only {
+            Err(Errno::EROFS)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Refuses a plaintext size the backing file could not represent.
+    pub(crate) fn check_size(&self, offset: u64, len: u64) -> Res<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.max_size => Ok(()),
+            _ => Err(Errno::EFBIG),
+        }
+    }
+
+    /// A fresh handle number.
+    pub(crate) fn new_fh(&self) -> u64 {
+        self.next_fh.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The errno for a core-library error about backing object `fd`. Failed authentication
+    /// and unknown format versions are logged once here, naming the backing file (and, in the
+    /// message, the block); plain I/O errors are only passed on.
+    pub(crate) fn fail(
+        &self,
+        e: &cloakfs_core::Error,
+        fd: BorrowedFd<'_>,
+        what: Option<&str>,
+    ) -> Errno {
+        use cloakfs_core::Error as E;
+        match e {
+            E::Io(_) | E::InvalidName | E::NameTooLong => {}
+            _ => {
+                let what = what.map(|w| format!(" ({w})")).unwrap_or_default();
+                tracing::error!("{}{what}: {e}", sys::describe(fd));
+            }
+        }
+        Errno::from_i32(e.errno())
+    }
+
+    /// Who owns an object that request `req` creates, when that must be set explicitly: a
+    /// root daemon serving another user (allow_other) gives new objects to the caller. The
+    /// group is left alone under a set-group-ID parent, whose group new objects inherit.
+    pub(crate) fn new_owner(&self, req: &Request, parent: &Inode) -> Option<(u32, Option<u32>)> {
+        if self.euid != 0 || req.uid() == 0 {
+            return None;
+        }
+        let sgid = rustix::fs::fstat(parent.fd())
+            .map(|st| Meta::from_stat(&st).mode & libc::S_ISGID != 0)
+            .unwrap_or(false);
+        Some((req.uid(), if sgid { None } else { Some(req.gid()) }))
+    }
+
+    /// Plaintext length of a symlink target (the stored length if it fails to decrypt, so a
+    /// damaged link can still be listed and removed; readlink reports the damage).
+    fn symlink_len(&self, fd: BorrowedFd<'_>) -> u64 {
+        match rustix::fs::readlinkat(fd, "", Vec::new()) {
+            Ok(stored) => match self.volume.meta().decrypt_symlink(stored.as_bytes()) {
+                Ok(t) => t.len() as u64,
+                Err(_) => stored.as_bytes().len() as u64,
+            },
+            Err(_) => 0,
+        }
+    }
+
+    /// The attributes of `inode`, whose backing object is described by `m`.
+    pub(crate) fn attr_of(&self, inode: &Inode, m: &Meta) -> FileAttr {
+        let size = match inode.kind {
+            Kind::File => match inode.current() {
+                Some(f) => f.size(),
+                None => self.codec.layout().plain_size_lenient(m.size),
+            },
+            Kind::Symlink => *inode
+                .symlink_len
+                .get_or_init(|| self.symlink_len(inode.fd())),
+            Kind::Dir => m.size,
+            Kind::Special => 0,
+        };
+        attr::file_attr(inode.nodeid, m, size)
+    }
+
+    /// Fresh attributes of `inode`.
+    pub(crate) fn stat(&self, inode: &Inode) -> Res<FileAttr> {
+        let st = rustix::fs::fstat(inode.fd()).map_err(errno)?;
+        Ok(self.attr_of(inode, &Meta::from_stat(&st)))
+    }
+
+    /// Looks up backing entry `backing` of `parent` for the kernel (counting one reference).
+    pub(crate) fn lookup_backing(
+        &self,
+        parent: &Inode,
+        backing: &str,
+    ) -> Res<(Arc<Inode>, FileAttr)> {
+        let fd = sys::open_path(parent.fd(), backing).map_err(errno)?;
+        self.lookup_fd(fd)
+    }
+
+    /// Counts one kernel reference to the object behind `O_PATH` descriptor `fd`.
+    pub(crate) fn lookup_fd(&self, fd: OwnedFd) -> Res<(Arc<Inode>, FileAttr)> {
+        let m = Meta::from_stat(&rustix::fs::fstat(&fd).map_err(errno)?);
+        let inode = self.inodes.lookup(fd, &m);
+        let attr = self.attr_of(&inode, &m);
+        Ok((inode, attr))
+    }
+
+    /// Runs `f` on the open plaintext file of `inode`, opening it for the duration if no
+    /// handle has it open (e.g. truncate by path).
+    pub(crate) fn with_file<T>(
+        &self,
+        inode: &Inode,
+        writable: bool,
+        f: impl FnOnce(&ContentFile) -> cloakfs_core::Result<T>,
+    ) -> Res<T> {
+        if inode.kind != Kind::File {
+            return Err(if inode.kind == Kind::Dir {
+                Errno::EISDIR
+            } else {
+                Errno::EINVAL
+            });
+        }
+        let (file, temporary) = match inode.current() {
+            Some(file) => (file, false),
+            None => (
+                inode
+                    .acquire(&self.codec, writable, self.read_only)
+                    .map_err(|e| self.fail(&e, inode.fd(), None))?,
+                true,
+            ),
+        };
+        let r = f(&file).map_err(|e| self.fail(&e, file.backing().as_fd(), None));
+        drop(file);
+        if temporary {
+            inode.release();
+        }
+        r
+    }
+
+    /// Closes every backing file and directory (at unmount). Every write already reached
+    /// the backing files (writes are synchronous), so nothing else is pending; making it
+    /// durable (syncfs) is left to the caller.
+    pub(crate) fn shutdown(&mut self) {
+        self.dirs.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        drop(self.inodes.drain());
+    }
+}
+
+impl CloakFs {
+    pub(crate) fn do_statfs(&self) -> Res<(u64, u64, u64, u64, u64, u32, u32)> {
+        let root = self.node(INodeNo(crate::inode::ROOT))?;
+        let st = rustix::fs::fstatfs(root.fd()).map_err(errno)?;
+        let bsize = u32::try_from(st.f_bsize).unwrap_or(4096);
+        let frsize = u32::try_from(st.f_frsize).unwrap_or(bsize);
+        Ok((
+            st.f_blocks,
+            st.f_bfree,
+            st.f_bavail,
+            st.f_files,
+            st.f_ffree,
+            bsize,
+            frsize,
+        ))
+    }
+
+    pub(crate) fn do_access(&self, ino: INodeNo, mask: AccessFlags) -> Res<()> {
+        let inode = self.node(ino)?;
+        if mask.contains(AccessFlags::W_OK) && self.read_only {
+            return Err(Errno::EROFS);
+        }
+        if mask == AccessFlags::F_OK || inode.kind == Kind::Symlink {
+            return Ok(());
+        }
+        rustix::fs::accessat(
+            rustix::fs::CWD,
+            sys::proc_path(inode.fd()),
+            rustix::fs::Access::from_bits_retain(mask.bits() as u32),
+            AtFlags::empty(),
+        )
+        .map_err(errno)
+    }
+}

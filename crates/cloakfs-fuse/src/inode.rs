@@ -1,0 +1,312 @@
+//! The inode table: every node the kernel knows, with an `O_PATH` descriptor of its backing
+//! object, keyed by the backing (st_dev, st_ino) so that hard links are one node.
+//!
+//! A node's number is its backing inode number when that is unambiguous (same device as the
+//! cipher directory), so numbers stay stable across lookups and mounts; anything else gets a
+//! number from a private range. Holding the descriptor keeps the backing inode alive, so its
+//! number cannot be reused while the kernel still knows the node.
+
+use crate::attr::Meta;
+use cloakfs_core::content::ContentCodec;
+use cloakfs_core::file::ContentFile;
+use cloakfs_core::names::DirId;
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use rustix::fs::OFlags;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
+
+/// FUSE's number for the root directory.
+pub(crate) const ROOT: u64 = 1;
+/// Node numbers from here up are handed out for objects whose inode number cannot serve.
+const SYNTHETIC_BASE: u64 = 1 << 63;
+
+/// What a node is, as far as the front end cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Dir,
+    File,
+    Symlink,
+    Special,
+}
+
+impl Kind {
+    fn of_mode(mode: u32) -> Self {
+        match mode & libc::S_IFMT {
+            libc::S_IFDIR => Kind::Dir,
+            libc::S_IFREG => Kind::File,
+            libc::S_IFLNK => Kind::Symlink,
+            _ => Kind::Special,
+        }
+    }
+}
+
+/// The open plaintext view of a regular file, shared by all its handles.
+#[derive(Default)]
+struct OpenState {
+    file: Option<Arc<ContentFile>>,
+    /// Open handles (and operations in progress that opened the file themselves).
+    users: u32,
+    /// Whether `file` was opened read-write.
+    writable: bool,
+}
+
+/// One node known to the kernel.
+pub(crate) struct Inode {
+    pub(crate) nodeid: u64,
+    /// `O_PATH` descriptor of the backing object.
+    pub(crate) fd: OwnedFd,
+    pub(crate) kind: Kind,
+    key: (u64, u64),
+    /// The directory's ID, read once (directories only).
+    pub(crate) dir_id: OnceLock<DirId>,
+    /// Plaintext length of the symlink target (symlinks never change).
+    pub(crate) symlink_len: OnceLock<u64>,
+    open: Mutex<OpenState>,
+}
+
+impl std::fmt::Debug for Inode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inode")
+            .field("nodeid", &self.nodeid)
+            .field("kind", &self.kind)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether a failed read-write open may be retried read-only.
+fn denied(e: rustix::io::Errno) -> bool {
+    use rustix::io::Errno as E;
+    matches!(e, E::ACCESS | E::PERM | E::ROFS | E::TXTBSY)
+}
+
+impl Inode {
+    fn new(nodeid: u64, fd: OwnedFd, m: &Meta) -> Self {
+        Self {
+            nodeid,
+            fd,
+            kind: Kind::of_mode(m.mode),
+            key: (m.dev, m.ino),
+            dir_id: OnceLock::new(),
+            symlink_len: OnceLock::new(),
+            open: Mutex::new(OpenState::default()),
+        }
+    }
+
+    /// The backing `O_PATH` descriptor.
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    fn state(&self) -> MutexGuard<'_, OpenState> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The shared open file, if any handle has it open.
+    pub(crate) fn current(&self) -> Option<Arc<ContentFile>> {
+        self.state().file.clone()
+    }
+
+    /// Registers one user of the plaintext file (an open handle, or an operation that needs
+    /// the file), opening the backing file on first use. The backing file is opened read-write
+    /// whenever possible (the kernel's writeback cache reads through write-only handles), and
+    /// read-only only when that is denied and no write is wanted.
+    pub(crate) fn acquire(
+        &self,
+        codec: &Arc<ContentCodec>,
+        writable: bool,
+        read_only_mount: bool,
+    ) -> cloakfs_core::Result<Arc<ContentFile>> {
+        let mut st = self.state();
+        if let Some(f) = st.file.clone() {
+            if !writable || st.writable {
+                st.users += 1;
+                return Ok(f);
+            }
+            // Upgrade: later operations pick up the read-write file from here.
+            let fd = crate::sys::reopen(self.fd(), OFlags::RDWR).map_err(std::io::Error::from)?;
+            let f = Arc::new(ContentFile::open(codec.clone(), fd.into())?);
+            st.file = Some(f.clone());
+            st.writable = true;
+            st.users += 1;
+            return Ok(f);
+        }
+        let (fd, rw) = if read_only_mount {
+            (crate::sys::reopen(self.fd(), OFlags::RDONLY), false)
+        } else {
+            match crate::sys::reopen(self.fd(), OFlags::RDWR) {
+                Err(e) if !writable && denied(e) => {
+                    (crate::sys::reopen(self.fd(), OFlags::RDONLY), false)
+                }
+                r => (r, true),
+            }
+        };
+        let fd = fd.map_err(std::io::Error::from)?;
+        let f = Arc::new(ContentFile::open(codec.clone(), fd.into())?);
+        st.file = Some(f.clone());
+        st.writable = rw;
+        st.users = 1;
+        Ok(f)
+    }
+
+    /// Installs a file just created read-write as this node's open file (unless one is open
+    /// already) and registers one user.
+    pub(crate) fn install(
+        &self,
+        codec: &Arc<ContentCodec>,
+        fd: OwnedFd,
+    ) -> cloakfs_core::Result<Arc<ContentFile>> {
+        let mut st = self.state();
+        if let Some(f) = st.file.clone() {
+            if st.writable {
+                st.users += 1;
+                return Ok(f);
+            }
+        }
+        let f = Arc::new(ContentFile::open(codec.clone(), fd.into())?);
+        st.file = Some(f.clone());
+        st.writable = true;
+        st.users += 1;
+        Ok(f)
+    }
+
+    /// Drops one user; the last one closes the backing file.
+    pub(crate) fn release(&self) {
+        let closing = {
+            let mut st = self.state();
+            st.users = st.users.saturating_sub(1);
+            if st.users == 0 {
+                st.writable = false;
+                st.file.take()
+            } else {
+                None
+            }
+        };
+        // Closed outside the lock.
+        drop(closing);
+    }
+}
+
+struct Entry {
+    inode: Arc<Inode>,
+    lookups: u64,
+}
+
+#[derive(Default)]
+struct Tables {
+    nodes: HashMap<u64, Entry>,
+    keys: HashMap<(u64, u64), u64>,
+    next_synthetic: u64,
+}
+
+/// All nodes the kernel holds references to.
+pub(crate) struct InodeTable {
+    inner: RwLock<Tables>,
+    root_dev: u64,
+}
+
+impl InodeTable {
+    /// A table holding only the root, whose backing directory is `fd` with ID `root_id`.
+    pub(crate) fn new(fd: OwnedFd, m: &Meta, root_id: DirId) -> Self {
+        let root = Inode::new(ROOT, fd, m);
+        let _ = root.dir_id.set(root_id);
+        let mut t = Tables {
+            next_synthetic: SYNTHETIC_BASE,
+            ..Tables::default()
+        };
+        t.keys.insert(root.key, ROOT);
+        t.nodes.insert(
+            ROOT,
+            Entry {
+                inode: Arc::new(root),
+                lookups: 1,
+            },
+        );
+        Self {
+            inner: RwLock::new(t),
+            root_dev: m.dev,
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Tables> {
+        self.inner.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Tables> {
+        self.inner.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The node `nodeid`, if the kernel still holds it.
+    pub(crate) fn get(&self, nodeid: u64) -> Option<Arc<Inode>> {
+        self.read().nodes.get(&nodeid).map(|e| e.inode.clone())
+    }
+
+    fn plain_number(&self, dev: u64, ino: u64) -> bool {
+        dev == self.root_dev && ino > ROOT && ino < SYNTHETIC_BASE
+    }
+
+    /// The number a directory listing reports for backing inode `ino` of device `dev`.
+    pub(crate) fn number_hint(&self, dev: u64, ino: u64) -> u64 {
+        if let Some(&n) = self.read().keys.get(&(dev, ino)) {
+            return n;
+        }
+        if self.plain_number(dev, ino) {
+            ino
+        } else {
+            // Only a hint: readdir numbers are not node IDs.
+            SYNTHETIC_BASE - 1
+        }
+    }
+
+    /// Counts one kernel lookup of the object behind `fd` (described by `m`), adding a node
+    /// for it unless one exists (then `fd` is closed).
+    pub(crate) fn lookup(&self, fd: OwnedFd, m: &Meta) -> Arc<Inode> {
+        let key = (m.dev, m.ino);
+        let mut t = self.write();
+        if let Some(&n) = t.keys.get(&key) {
+            if let Some(e) = t.nodes.get_mut(&n) {
+                e.lookups += 1;
+                return e.inode.clone();
+            }
+        }
+        let nodeid = if self.plain_number(m.dev, m.ino) && !t.nodes.contains_key(&m.ino) {
+            m.ino
+        } else {
+            t.next_synthetic += 1;
+            t.next_synthetic
+        };
+        let inode = Arc::new(Inode::new(nodeid, fd, m));
+        t.keys.insert(key, nodeid);
+        t.nodes.insert(
+            nodeid,
+            Entry {
+                inode: inode.clone(),
+                lookups: 1,
+            },
+        );
+        inode
+    }
+
+    /// Drops `n` kernel references to `nodeid`; the last one frees the node.
+    pub(crate) fn forget(&self, nodeid: u64, n: u64) {
+        if nodeid == ROOT {
+            return;
+        }
+        let mut t = self.write();
+        let Some(e) = t.nodes.get_mut(&nodeid) else {
+            return;
+        };
+        e.lookups = e.lookups.saturating_sub(n);
+        if e.lookups == 0 {
+            if let Some(e) = t.nodes.remove(&nodeid) {
+                t.keys.remove(&e.inode.key);
+            }
+        }
+    }
+
+    /// Removes every node (at unmount), returning them so the caller can close them.
+    pub(crate) fn drain(&self) -> Vec<Arc<Inode>> {
+        let mut t = self.write();
+        t.keys.clear();
+        t.nodes.drain().map(|(_, e)| e.inode).collect()
+    }
+}

@@ -1,0 +1,226 @@
+//! Small wrappers around the system calls the front end makes on the cipher directory, and the
+//! conversions of their errors into FUSE errnos.
+
+use fuser::Errno;
+use rustix::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use rustix::fs::{AtFlags, Mode, OFlags};
+use std::fs::File;
+use std::io::{Read, Write};
+
+/// Result of a request handler: the error is what the kernel gets.
+pub(crate) type Res<T> = Result<T, Errno>;
+
+/// Converts a rustix error into the errno replied to the kernel.
+pub(crate) fn errno(e: rustix::io::Errno) -> Errno {
+    Errno::from_i32(e.raw_os_error())
+}
+
+/// Converts a std error into the errno replied to the kernel (EIO when it carries none).
+pub(crate) fn io_errno(e: &std::io::Error) -> Errno {
+    Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+/// `/proc/self/fd/N`: the path that reaches exactly the object behind descriptor `fd`, used to
+/// reopen an `O_PATH` descriptor for I/O and for the calls that only take paths.
+pub(crate) fn proc_path(fd: BorrowedFd<'_>) -> String {
+    format!("/proc/self/fd/{}", fd.as_raw_fd())
+}
+
+/// The backing path of a descriptor, for log lines only (never a plaintext name).
+pub(crate) fn describe(fd: BorrowedFd<'_>) -> String {
+    match rustix::fs::readlinkat(rustix::fs::CWD, proc_path(fd), Vec::new()) {
+        Ok(p) => p.to_string_lossy().into_owned(),
+        Err(_) => format!("<backing fd {}>", fd.as_raw_fd()),
+    }
+}
+
+/// Opens `name` inside directory `dir` as an `O_PATH` handle, never following a symlink.
+pub(crate) fn open_path(dir: BorrowedFd<'_>, name: &str) -> rustix::io::Result<OwnedFd> {
+    rustix::fs::openat(
+        dir,
+        name,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+}
+
+/// Opens the directory behind the (`O_PATH`) descriptor `dir` for reading its entries or
+/// syncing it.
+pub(crate) fn open_dir(dir: BorrowedFd<'_>) -> rustix::io::Result<OwnedFd> {
+    rustix::fs::openat(
+        dir,
+        ".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+}
+
+/// Reopens the object behind an `O_PATH` descriptor with real access `flags`.
+pub(crate) fn reopen(fd: BorrowedFd<'_>, flags: OFlags) -> rustix::io::Result<OwnedFd> {
+    rustix::fs::openat(
+        rustix::fs::CWD,
+        proc_path(fd),
+        flags | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+}
+
+/// Reads a small file `name` inside `dir` (at most `max` bytes; more is an error).
+pub(crate) fn read_small(dir: BorrowedFd<'_>, name: &str, max: usize) -> std::io::Result<Vec<u8>> {
+    let fd = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let mut out = Vec::with_capacity(max + 1);
+    File::from(fd).take(max as u64 + 1).read_to_end(&mut out)?;
+    if out.len() > max {
+        return Err(std::io::Error::from_raw_os_error(libc::EFBIG));
+    }
+    Ok(out)
+}
+
+/// Creates file `name` in `dir` with `bytes` (failing if it exists) and makes it durable.
+pub(crate) fn write_new_durable(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    bytes: &[u8],
+    mode: u32,
+) -> std::io::Result<()> {
+    let fd = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(mode),
+    )?;
+    let mut f = File::from(fd);
+    let written = f.write_all(bytes).and_then(|()| f.sync_all());
+    if written.is_err() {
+        // A partial file must not stay behind under a name that means something.
+        let _ = rustix::fs::unlinkat(dir, name, AtFlags::empty());
+    }
+    written
+}
+
+/// Syncs the directory behind `dir`.
+pub(crate) fn sync_dir(dir: BorrowedFd<'_>) -> rustix::io::Result<()> {
+    rustix::fs::fsync(open_dir(dir)?)
+}
+
+thread_local! {
+    static OWN_UMASK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Makes the calling worker thread create objects with exactly the modes the kernel sends
+/// (it has already applied the caller's umask): the thread gets its own file-system context
+/// with umask 0, so the rest of the process keeps its umask.
+pub(crate) fn exact_modes() {
+    OWN_UMASK.with(|done| {
+        if done.replace(true) {
+            return;
+        }
+        // SAFETY: only the file-system context (cwd, root, umask) is unshared; descriptor
+        // tables stay shared, so every descriptor remains usable on every thread.
+        match unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::FS) } {
+            Ok(()) => {
+                rustix::process::umask(Mode::empty());
+            }
+            Err(e) => tracing::warn!(
+                "cannot give a worker thread its own umask ({e}): new objects get the daemon's"
+            ),
+        }
+    });
+}
+
+/// Raises the soft limit of open descriptors to the hard limit: every inode the kernel knows
+/// holds one.
+pub(crate) fn raise_nofile_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut lim = getrlimit(Resource::Nofile);
+    if lim.current != lim.maximum {
+        lim.current = lim.maximum;
+        if let Err(e) = setrlimit(Resource::Nofile, lim) {
+            tracing::debug!("cannot raise RLIMIT_NOFILE: {e}");
+        }
+    }
+}
+
+/// Best-effort lazy unmount of `mountpoint` (after the daemon failed while still mounted).
+pub(crate) fn detach(mountpoint: &std::path::Path) {
+    let done = rustix::mount::unmount(mountpoint, rustix::mount::UnmountFlags::DETACH).is_ok();
+    if !done {
+        let _ = std::process::Command::new("fusermount3")
+            .arg("-u")
+            .arg("-z")
+            .arg("--")
+            .arg(mountpoint)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
+/// Raises the kernel's readahead for the mount at `mountpoint` (given canonical) to `kib`
+/// (best effort: needs root). The kernel starts FUSE mounts at 128 KiB and only lets the
+/// daemon lower that during the handshake; larger read requests mean fewer round trips when
+/// streaming. The device comes from /proc/self/mountinfo: a stat of the mount point would
+/// wait for a server that is not running yet.
+pub(crate) fn raise_readahead(mountpoint: &std::path::Path, kib: u64) {
+    let Some(dev) = mount_device(mountpoint) else {
+        return;
+    };
+    let knob = format!("/sys/class/bdi/{dev}/read_ahead_kb");
+    let current = std::fs::read_to_string(&knob)
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok());
+    if current.is_some_and(|c| c < kib) {
+        if let Err(e) = std::fs::write(&knob, kib.to_string()) {
+            tracing::debug!("cannot raise readahead ({knob}): {e}");
+        }
+    }
+}
+
+/// The `major:minor` of the newest mount at `mountpoint`.
+fn mount_device(mountpoint: &std::path::Path) -> Option<String> {
+    use std::os::unix::ffi::OsStrExt;
+    let info = std::fs::read("/proc/self/mountinfo").ok()?;
+    let want = mountpoint.as_os_str().as_bytes();
+    info.split(|&b| b == b'\n').rev().find_map(|line| {
+        let mut f = line.split(|&b| b == b' ');
+        let dev = f.nth(2)?;
+        let point = f.nth(1)?;
+        (unescape_mountinfo(point) == want).then(|| String::from_utf8_lossy(dev).into_owned())
+    })
+}
+
+/// Undoes the octal escapes (`\040` for a space, ...) of a mountinfo field.
+fn unescape_mountinfo(field: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(field.len());
+    let mut i = 0;
+    while i < field.len() {
+        let oct = field
+            .get(i + 1..i + 4)
+            .filter(|d| field[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match oct {
+            Some(d) => {
+                out.push(d.iter().fold(0u8, |v, c| v.wrapping_mul(8) + (c - b'0')));
+                i += 4;
+            }
+            None => {
+                out.push(field[i]);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn mountinfo_escapes() {
+        assert_eq!(super::unescape_mountinfo(b"/a\\040b\\134c"), b"/a b\\c");
+        assert_eq!(super::unescape_mountinfo(b"/plain\\x"), b"/plain\\x");
+    }
+}

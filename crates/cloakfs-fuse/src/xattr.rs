@@ -1,0 +1,149 @@
+//! Extended attributes: `user.*` names and values are encrypted by the core library; other
+//! namespaces (POSIX ACLs, security labels) pass through as they are, since the kernel and
+//! the backing file system interpret them.
+
+use crate::fs::CloakFs;
+use crate::inode::Kind;
+use crate::sys::{self, errno, Res};
+use fuser::{Errno, INodeNo, ReplyXattr};
+use std::cell::RefCell;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+
+/// Linux's largest xattr value and largest name list.
+const XATTR_MAX: usize = 65536;
+
+thread_local! {
+    /// Buffer for backing values and name lists, reused by this worker thread.
+    static XBUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+fn enodata() -> Errno {
+    Errno::from_i32(libc::ENODATA)
+}
+
+/// Replies to getxattr/listxattr: the size when asked for it, else the data if it fits.
+pub(crate) fn reply_xattr(reply: ReplyXattr, size: u32, r: Res<Vec<u8>>) {
+    match r {
+        Ok(data) if size == 0 => reply.size(data.len() as u32),
+        Ok(data) if data.len() > size as usize => reply.error(Errno::ERANGE),
+        Ok(data) => reply.data(&data),
+        Err(e) => reply.error(e),
+    }
+}
+
+impl CloakFs {
+    /// The stored name of xattr `name` (`None`: passed through unencrypted).
+    fn stored_xattr_name(&self, name: &OsStr) -> Res<Option<Vec<u8>>> {
+        self.volume
+            .meta()
+            .encrypt_xattr_name(name.as_bytes())
+            .map_err(|e| Errno::from_i32(e.errno()))
+    }
+
+    pub(crate) fn get_xattr(&self, ino: INodeNo, name: &OsStr) -> Res<Vec<u8>> {
+        let inode = self.node(ino)?;
+        // No race-free way to reach a symlink's own xattrs, and Linux allows no user.* ones.
+        if inode.kind == Kind::Symlink {
+            return Err(enodata());
+        }
+        let path = sys::proc_path(inode.fd());
+        let stored = self.stored_xattr_name(name)?;
+        let backing_name = stored.as_deref().unwrap_or(name.as_bytes());
+        XBUF.with_borrow_mut(|buf| {
+            buf.resize(XATTR_MAX, 0);
+            let n =
+                rustix::fs::getxattr(path.as_str(), OsStr::from_bytes(backing_name), &mut buf[..])
+                    .map_err(errno)?;
+            match &stored {
+                None => Ok(buf[..n].to_vec()),
+                Some(enc) => self
+                    .volume
+                    .meta()
+                    .decrypt_xattr_value(enc, &buf[..n])
+                    .map_err(|e| self.fail(&e, inode.fd(), Some("xattr value"))),
+            }
+        })
+    }
+
+    pub(crate) fn set_xattr(
+        &self,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        position: u32,
+    ) -> Res<()> {
+        self.writable()?;
+        if position != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let inode = self.node(ino)?;
+        if inode.kind == Kind::Symlink {
+            return Err(Errno::EPERM);
+        }
+        let path = sys::proc_path(inode.fd());
+        let flags = rustix::fs::XattrFlags::from_bits_retain(flags as u32);
+        match self.stored_xattr_name(name)? {
+            None => rustix::fs::setxattr(path.as_str(), name, value, flags),
+            Some(enc) => {
+                let sealed = self
+                    .volume
+                    .meta()
+                    .encrypt_xattr_value(&enc, value)
+                    .map_err(|e| Errno::from_i32(e.errno()))?;
+                rustix::fs::setxattr(path.as_str(), OsStr::from_bytes(&enc), &sealed, flags)
+            }
+        }
+        .map_err(errno)
+    }
+
+    pub(crate) fn list_xattr(&self, ino: INodeNo) -> Res<Vec<u8>> {
+        let inode = self.node(ino)?;
+        if inode.kind == Kind::Symlink {
+            return Ok(Vec::new());
+        }
+        let path = sys::proc_path(inode.fd());
+        XBUF.with_borrow_mut(|buf| {
+            buf.resize(XATTR_MAX, 0);
+            let n = rustix::fs::listxattr(path.as_str(), &mut buf[..]).map_err(errno)?;
+            let mut out = Vec::with_capacity(n);
+            for stored in buf[..n].split(|&b| b == 0).filter(|s| !s.is_empty()) {
+                match self.volume.meta().decrypt_xattr_name(stored) {
+                    Ok(plain) => {
+                        out.extend_from_slice(&plain);
+                        out.push(0);
+                    }
+                    Err(_) => {
+                        let key = (inode.nodeid, [b"xattr:".as_slice(), stored].concat());
+                        let fresh = self
+                            .warned
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .insert(key);
+                        if fresh {
+                            tracing::warn!(
+                                "{}: xattr {} does not decrypt; not listed",
+                                sys::describe(inode.fd()),
+                                String::from_utf8_lossy(stored)
+                            );
+                        }
+                    }
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    pub(crate) fn remove_xattr(&self, ino: INodeNo, name: &OsStr) -> Res<()> {
+        self.writable()?;
+        let inode = self.node(ino)?;
+        if inode.kind == Kind::Symlink {
+            return Err(Errno::EPERM);
+        }
+        let path = sys::proc_path(inode.fd());
+        let stored = self.stored_xattr_name(name)?;
+        let backing_name = stored.as_deref().unwrap_or(name.as_bytes());
+        rustix::fs::removexattr(path.as_str(), OsStr::from_bytes(backing_name)).map_err(errno)
+    }
+}

@@ -1,0 +1,1030 @@
+//! POSIX behaviour suite: one test per behaviour, each through a real FUSE mount.
+
+mod common;
+
+use common::*;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+use std::process::Command;
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+#[test]
+fn create_write_read_at_any_offset() {
+    let fs = TestFs::new();
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(fs.p("f"))
+        .unwrap();
+    let mut reference = vec![0u8; 0];
+    // Offsets and sizes around block boundaries (4096) and inside blocks.
+    for (off, len) in [
+        (0, 10),
+        (4090, 20),
+        (8192, 4096),
+        (100, 9000),
+        (20_000, 1),
+        (4096, 0),
+    ] {
+        let data = pattern(len, off as u8);
+        f.write_all_at(&data, off).unwrap();
+        let end = off as usize + len;
+        if reference.len() < end {
+            reference.resize(end, 0);
+        }
+        reference[off as usize..end].copy_from_slice(&data);
+    }
+    let mut buf = vec![0u8; 5000];
+    f.read_exact_at(&mut buf, 3000).unwrap();
+    assert_eq!(buf, reference[3000..8000]);
+    assert_eq!(f.metadata().unwrap().len(), reference.len() as u64);
+    drop(f);
+    assert_eq!(fs::read(fs.p("f")).unwrap(), reference);
+}
+
+#[test]
+fn data_reaches_backing_file_encrypted_with_expected_size() {
+    let mut fs = TestFs::new();
+    fs::write(fs.p("f"), pattern(10_000, 1)).unwrap();
+    fs.unmount();
+    // header 18 + two full blocks (4096+28) + 1808+28
+    let len = fs::metadata(fs.backing("f")).unwrap().len();
+    assert_eq!(len, 18 + 2 * 4124 + 1808 + 28);
+    fs.mount();
+    assert_eq!(fs::metadata(fs.p("f")).unwrap().len(), 10_000);
+}
+
+#[test]
+fn sparse_file_reads_zeros_and_stays_sparse() {
+    let mut fs = TestFs::new();
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(fs.p("sparse"))
+        .unwrap();
+    f.write_all_at(b"end", 1 << 30).unwrap();
+    drop(f);
+    assert_eq!(fs::metadata(fs.p("sparse")).unwrap().len(), (1 << 30) + 3);
+    let f = File::open(fs.p("sparse")).unwrap();
+    let mut buf = vec![1u8; 8192];
+    f.read_exact_at(&mut buf, 500 << 20).unwrap();
+    assert!(buf.iter().all(|&b| b == 0));
+    let mut end = [0u8; 3];
+    f.read_exact_at(&mut end, 1 << 30).unwrap();
+    assert_eq!(&end, b"end");
+    drop(f);
+    fs.unmount();
+    let m = fs::metadata(fs.backing("sparse")).unwrap();
+    assert!(m.len() > 1 << 30);
+    assert!(m.blocks() * 512 < 1 << 20, "backing file is not sparse");
+}
+
+#[test]
+fn sizes_beyond_the_backing_limit_are_refused() {
+    let fs = TestFs::new();
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(fs.p("huge"))
+        .unwrap();
+    assert_eq!(errno(&f.set_len(1 << 62).unwrap_err()), libc::EFBIG);
+    // Through the writeback cache the error may only show at fsync.
+    let r = f.write_all_at(b"x", 1 << 62).and_then(|()| f.sync_all());
+    assert_eq!(errno(&r.unwrap_err()), libc::EFBIG);
+    f.set_len(1 << 40).unwrap();
+}
+
+#[test]
+fn truncate_down_and_up() {
+    let fs = TestFs::new();
+    let data = pattern(20_000, 3);
+    fs::write(fs.p("t"), &data).unwrap();
+    let f = OpenOptions::new().write(true).open(fs.p("t")).unwrap();
+    f.set_len(5000).unwrap();
+    assert_eq!(fs::read(fs.p("t")).unwrap(), data[..5000]);
+    f.set_len(12_000).unwrap();
+    let got = fs::read(fs.p("t")).unwrap();
+    assert_eq!(got.len(), 12_000);
+    assert_eq!(got[..5000], data[..5000]);
+    assert!(got[5000..].iter().all(|&b| b == 0));
+    f.set_len(4096).unwrap();
+    drop(f);
+    // truncate(2) by path, with no open handle
+    let c = cpath(&fs.p("t"));
+    // SAFETY: a valid C string path.
+    check(unsafe { libc::truncate(c.as_ptr(), 100) }).unwrap();
+    assert_eq!(fs::read(fs.p("t")).unwrap(), data[..100]);
+}
+
+#[test]
+fn shrink_after_large_write_keeps_last_block_valid() {
+    // gocryptfs #1024: shrinking after a write of at least one block corrupted the block.
+    let mut fs = TestFs::new();
+    let data = pattern(4096 * 3 + 10, 9);
+    fs::write(fs.p("g"), &data).unwrap();
+    let f = OpenOptions::new().write(true).open(fs.p("g")).unwrap();
+    f.set_len(4096 + 7).unwrap();
+    drop(f);
+    fs.remount();
+    assert_eq!(fs::read(fs.p("g")).unwrap(), data[..4096 + 7]);
+}
+
+#[test]
+fn open_with_o_trunc_empties_file() {
+    let fs = TestFs::new();
+    fs::write(fs.p("f"), vec![5u8; 9000]).unwrap();
+    let mut f = OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(fs.p("f"))
+        .unwrap();
+    assert_eq!(f.metadata().unwrap().len(), 0);
+    f.write_all(b"new").unwrap();
+    drop(f);
+    assert_eq!(fs::read(fs.p("f")).unwrap(), b"new");
+}
+
+#[test]
+fn write_only_handle_partial_block_write_after_remount() {
+    // With the writeback cache the kernel reads the rest of a page through write-only handles.
+    let mut fs = TestFs::new();
+    fs::write(fs.p("w"), vec![b'x'; 8192]).unwrap();
+    fs.remount();
+    let f = OpenOptions::new().write(true).open(fs.p("w")).unwrap();
+    f.write_all_at(b"HELLO", 100).unwrap();
+    drop(f);
+    let got = fs::read(fs.p("w")).unwrap();
+    let mut want = vec![b'x'; 8192];
+    want[100..105].copy_from_slice(b"HELLO");
+    assert_eq!(got, want);
+}
+
+#[test]
+fn o_append_writes_at_end() {
+    let fs = TestFs::new();
+    fs::write(fs.p("a"), b"one\n").unwrap();
+    let mut f = OpenOptions::new().append(true).open(fs.p("a")).unwrap();
+    f.write_all(b"two\n").unwrap();
+    f.seek(SeekFrom::Start(0)).unwrap();
+    f.write_all(b"three\n").unwrap();
+    drop(f);
+    assert_eq!(fs::read(fs.p("a")).unwrap(), b"one\ntwo\nthree\n");
+}
+
+#[test]
+fn o_append_from_several_processes() {
+    let fs = TestFs::new();
+    let file = fs.p("log");
+    fs::write(&file, b"").unwrap();
+    let procs: Vec<_> = (0..4)
+        .map(|p| {
+            spawn(Command::new("sh").arg("-c").arg(format!(
+                "i=0; while [ $i -lt 150 ]; do echo \"proc{p} line $i padding-padding-padding\" >> \"$0\"; i=$((i+1)); done"
+            )).arg(&file))
+        })
+        .collect();
+    for mut c in procs {
+        assert!(c.wait().unwrap().success());
+    }
+    let text = fs::read_to_string(&file).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 600);
+    for p in 0..4 {
+        for i in 0..150 {
+            let want = format!("proc{p} line {i} padding-padding-padding");
+            assert_eq!(lines.iter().filter(|l| **l == want).count(), 1, "{want}");
+        }
+    }
+}
+
+#[test]
+fn fallocate_modes() {
+    let fs = TestFs::new();
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(fs.p("fa"))
+        .unwrap();
+    fallocate(&f, 0, 0, 10_000).unwrap();
+    assert_eq!(f.metadata().unwrap().len(), 10_000);
+    fallocate(&f, libc::FALLOC_FL_KEEP_SIZE, 10_000, 50_000).unwrap();
+    assert_eq!(f.metadata().unwrap().len(), 10_000);
+    f.write_all_at(&vec![7u8; 30_000], 0).unwrap();
+    fallocate(
+        &f,
+        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+        1000,
+        12_000,
+    )
+    .unwrap();
+    let mut got = vec![0u8; 30_000];
+    f.read_exact_at(&mut got, 0).unwrap();
+    assert!(got[..1000].iter().all(|&b| b == 7));
+    assert!(got[1000..13_000].iter().all(|&b| b == 0));
+    assert!(got[13_000..].iter().all(|&b| b == 7));
+    fallocate(&f, libc::FALLOC_FL_ZERO_RANGE, 29_000, 2000).unwrap();
+    assert_eq!(f.metadata().unwrap().len(), 31_000);
+    let mut tail = vec![1u8; 2000];
+    f.read_exact_at(&mut tail, 29_000).unwrap();
+    assert!(tail.iter().all(|&b| b == 0));
+    let e = fallocate(&f, libc::FALLOC_FL_COLLAPSE_RANGE, 0, 4096).unwrap_err();
+    assert_eq!(errno(&e), libc::EOPNOTSUPP);
+}
+
+#[test]
+fn fsync_and_fdatasync_reach_backing_file() {
+    let fs = TestFs::new();
+    let mut f = File::create(fs.p("s")).unwrap();
+    f.write_all(&vec![1u8; 5000]).unwrap();
+    f.sync_all().unwrap();
+    let backing = fs.backing("s");
+    assert_eq!(fs::metadata(&backing).unwrap().len(), 18 + 4124 + 904 + 28);
+    f.write_all(&vec![2u8; 5000]).unwrap();
+    f.sync_data().unwrap();
+    assert_eq!(
+        fs::metadata(&backing).unwrap().len(),
+        18 + 2 * 4124 + 1808 + 28
+    );
+    let d = File::open(&fs.mnt).unwrap();
+    d.sync_all().unwrap();
+}
+
+#[test]
+fn mkdir_creates_durable_dir_id_and_no_leftovers() {
+    let fs = TestFs::new();
+    fs::create_dir(fs.p("d")).unwrap();
+    let backing = fs.backing("d");
+    let id = backing.join("cloakfs.dirid");
+    assert_eq!(fs::read(&id).unwrap().len(), 16);
+    assert_eq!(
+        fs::metadata(&id).unwrap().permissions().mode() & 0o777,
+        0o440
+    );
+    assert!(names(&fs.cipher)
+        .iter()
+        .all(|n| !n.starts_with("cloakfs.tmp.")));
+    assert!(fs::metadata(fs.p("d")).unwrap().is_dir());
+    // Mode as requested (the test process umask applies in the kernel).
+    let c = cpath(&fs.p("m"));
+    // SAFETY: a valid C string path.
+    check(unsafe { libc::mkdir(c.as_ptr(), 0o510) }).unwrap();
+    assert_eq!(
+        fs::metadata(fs.p("m")).unwrap().permissions().mode() & 0o7777,
+        0o510
+    );
+    let e = fs::create_dir(fs.p("d")).unwrap_err();
+    assert_eq!(errno(&e), libc::EEXIST);
+}
+
+#[test]
+fn new_modes_follow_the_callers_umask_not_the_daemons() {
+    let fs = TestFs::new();
+    assert!(run(Command::new("sh")
+        .arg("-c")
+        .arg("umask 002 && : > f && mkdir d && mkfifo p")
+        .current_dir(&fs.mnt)));
+    let mode = |n: &str| fs::symlink_metadata(fs.p(n)).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode("f"), 0o664);
+    assert_eq!(mode("d"), 0o775);
+    assert_eq!(mode("p"), 0o664);
+}
+
+#[test]
+fn rmdir_refuses_non_empty_and_ignores_internal_files() {
+    let fs = TestFs::new();
+    fs::create_dir(fs.p("d")).unwrap();
+    fs::write(fs.p("d/f"), b"x").unwrap();
+    let e = fs::remove_dir(fs.p("d")).unwrap_err();
+    assert_eq!(errno(&e), libc::ENOTEMPTY);
+    fs::remove_file(fs.p("d/f")).unwrap();
+    let backing = fs.backing("d");
+    // An orphan sidecar left by a crash is cloakfs's own: it does not keep the dir alive.
+    fs::write(backing.join("cloakfs.long.orphan.name"), b"junk").unwrap();
+    fs::remove_dir(fs.p("d")).unwrap();
+    assert!(!backing.exists());
+    assert!(!fs.p("d").exists());
+    let e = fs::remove_dir(fs.p("d")).unwrap_err();
+    assert_eq!(errno(&e), libc::ENOENT);
+}
+
+#[test]
+fn unlink_removes_backing_file() {
+    let fs = TestFs::new();
+    fs::write(fs.p("u"), b"data").unwrap();
+    let backing = fs.backing("u");
+    assert!(backing.exists());
+    fs::remove_file(fs.p("u")).unwrap();
+    assert!(!backing.exists());
+    assert_eq!(errno(&fs::metadata(fs.p("u")).unwrap_err()), libc::ENOENT);
+}
+
+#[test]
+fn open_unlinked_file_stays_usable() {
+    let fs = TestFs::new();
+    let mut f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(fs.p("gone"))
+        .unwrap();
+    f.write_all(b"before").unwrap();
+    fs::remove_file(fs.p("gone")).unwrap();
+    f.write_all(b" after").unwrap();
+    let mut s = String::new();
+    f.seek(SeekFrom::Start(0)).unwrap();
+    f.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "before after");
+    assert_eq!(f.metadata().unwrap().nlink(), 0);
+}
+
+#[test]
+fn rename_file_within_and_across_directories() {
+    let fs = TestFs::new();
+    fs::create_dir(fs.p("a")).unwrap();
+    fs::create_dir(fs.p("b")).unwrap();
+    fs::write(fs.p("a/f"), b"content").unwrap();
+    fs::rename(fs.p("a/f"), fs.p("a/g")).unwrap();
+    assert_eq!(names(&fs.p("a")), vec!["g"]);
+    fs::rename(fs.p("a/g"), fs.p("b/h")).unwrap();
+    assert!(names(&fs.p("a")).is_empty());
+    assert_eq!(fs::read(fs.p("b/h")).unwrap(), b"content");
+    // Overwriting an existing target.
+    fs::write(fs.p("b/x"), b"old").unwrap();
+    fs::rename(fs.p("b/h"), fs.p("b/x")).unwrap();
+    assert_eq!(fs::read(fs.p("b/x")).unwrap(), b"content");
+    assert_eq!(names(&fs.p("b")), vec!["x"]);
+}
+
+#[test]
+fn rename_directory_with_contents_across_directories() {
+    let mut fs = TestFs::new();
+    fs::create_dir_all(fs.p("src/tree/sub")).unwrap();
+    fs::write(fs.p("src/tree/sub/file"), b"deep").unwrap();
+    fs::create_dir(fs.p("dst")).unwrap();
+    fs::rename(fs.p("src/tree"), fs.p("dst/moved")).unwrap();
+    assert_eq!(fs::read(fs.p("dst/moved/sub/file")).unwrap(), b"deep");
+    assert!(!fs.p("src/tree").exists());
+    fs.remount();
+    assert_eq!(fs::read(fs.p("dst/moved/sub/file")).unwrap(), b"deep");
+    assert_eq!(names(&fs.p("dst/moved")), vec!["sub"]);
+}
+
+#[test]
+fn rename_directory_over_empty_directory() {
+    let fs = TestFs::new();
+    fs::create_dir(fs.p("src")).unwrap();
+    fs::write(fs.p("src/f"), b"f").unwrap();
+    fs::create_dir(fs.p("empty")).unwrap();
+    fs::create_dir(fs.p("full")).unwrap();
+    fs::write(fs.p("full/g"), b"g").unwrap();
+    let e = fs::rename(fs.p("src"), fs.p("full")).unwrap_err();
+    assert_eq!(errno(&e), libc::ENOTEMPTY);
+    assert_eq!(fs::read(fs.p("full/g")).unwrap(), b"g");
+    fs::rename(fs.p("src"), fs.p("empty")).unwrap();
+    assert_eq!(fs::read(fs.p("empty/f")).unwrap(), b"f");
+    assert_eq!(names(&fs.mnt), vec!["empty", "full"]);
+    // The failed attempt left the full directory's ID in place.
+    fs::write(fs.p("full/h"), b"h").unwrap();
+    assert_eq!(names(&fs.p("full")), vec!["g", "h"]);
+}
+
+#[test]
+fn rename_noreplace() {
+    let fs = TestFs::new();
+    fs::write(fs.p("a"), b"a").unwrap();
+    fs::write(fs.p("b"), b"b").unwrap();
+    let e = rename2(&fs.p("a"), &fs.p("b"), libc::RENAME_NOREPLACE).unwrap_err();
+    assert_eq!(errno(&e), libc::EEXIST);
+    assert_eq!(fs::read(fs.p("b")).unwrap(), b"b");
+    rename2(&fs.p("a"), &fs.p("c"), libc::RENAME_NOREPLACE).unwrap();
+    assert_eq!(names(&fs.mnt), vec!["b", "c"]);
+}
+
+#[test]
+fn rename_exchange() {
+    let fs = TestFs::new();
+    fs::create_dir(fs.p("d")).unwrap();
+    fs::write(fs.p("file"), b"i am a file").unwrap();
+    fs::write(fs.p("d/inner"), b"inner").unwrap();
+    rename2(&fs.p("file"), &fs.p("d"), libc::RENAME_EXCHANGE).unwrap();
+    assert_eq!(fs::read(fs.p("d")).unwrap(), b"i am a file");
+    assert_eq!(fs::read(fs.p("file/inner")).unwrap(), b"inner");
+    let e = rename2(&fs.p("file"), &fs.p("missing"), libc::RENAME_EXCHANGE).unwrap_err();
+    assert_eq!(errno(&e), libc::ENOENT);
+}
+
+#[test]
+fn hard_links_share_data_and_inode() {
+    let mut fs = TestFs::new();
+    fs::create_dir(fs.p("other")).unwrap();
+    fs::write(fs.p("orig"), b"v1").unwrap();
+    fs::hard_link(fs.p("orig"), fs.p("other/link")).unwrap();
+    let a = fs::metadata(fs.p("orig")).unwrap();
+    let b = fs::metadata(fs.p("other/link")).unwrap();
+    assert_eq!(a.ino(), b.ino());
+    assert_eq!(a.nlink(), 2);
+    fs::write(fs.p("other/link"), b"version two").unwrap();
+    assert_eq!(fs::read(fs.p("orig")).unwrap(), b"version two");
+    fs::remove_file(fs.p("orig")).unwrap();
+    assert_eq!(fs::metadata(fs.p("other/link")).unwrap().nlink(), 1);
+    fs.remount();
+    assert_eq!(fs::read(fs.p("other/link")).unwrap(), b"version two");
+    let e = fs::hard_link(fs.p("other"), fs.p("dirlink")).unwrap_err();
+    assert_eq!(errno(&e), libc::EPERM);
+}
+
+#[test]
+fn symlinks_store_encrypted_targets() {
+    let mut fs = TestFs::new();
+    fs::write(fs.p("target-file"), b"pointed at").unwrap();
+    std::os::unix::fs::symlink("target-file", fs.p("link")).unwrap();
+    std::os::unix::fs::symlink("/nowhere/at/all", fs.p("dangling")).unwrap();
+    assert_eq!(
+        fs::read_link(fs.p("link")).unwrap(),
+        Path::new("target-file")
+    );
+    assert_eq!(fs::read(fs.p("link")).unwrap(), b"pointed at");
+    let lm = fs::symlink_metadata(fs.p("dangling")).unwrap();
+    assert!(lm.file_type().is_symlink());
+    assert_eq!(lm.len(), "/nowhere/at/all".len() as u64);
+    // A hard link to a symlink is a symlink too.
+    fs::hard_link(fs.p("link"), fs.p("link2")).unwrap();
+    assert_eq!(
+        fs::read_link(fs.p("link2")).unwrap(),
+        Path::new("target-file")
+    );
+    fs.unmount();
+    let stored = fs::read_link(fs.backing("dangling")).unwrap();
+    assert!(!stored.to_string_lossy().contains("nowhere"));
+}
+
+#[test]
+fn fifo_and_unix_socket() {
+    let fs = TestFs::new();
+    let fifo = fs.p("fifo");
+    let c = cpath(&fifo);
+    // SAFETY: a valid C string path.
+    check(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }).unwrap();
+    assert!(fs::metadata(&fifo).unwrap().file_type().is_fifo());
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || fs::read(fifo).unwrap())
+    };
+    fs::write(&fifo, b"through the pipe").unwrap();
+    assert_eq!(reader.join().unwrap(), b"through the pipe");
+
+    let sock = fs.p("sock");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    assert!(fs::metadata(&sock).unwrap().file_type().is_socket());
+    let mut client = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    let (mut server, _) = listener.accept().unwrap();
+    client.write_all(b"ping").unwrap();
+    let mut buf = [0u8; 4];
+    server.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"ping");
+    assert_eq!(names(&fs.mnt), vec!["fifo", "sock"]);
+}
+
+#[test]
+fn device_nodes_as_root() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let fs = TestFs::new();
+    let c = cpath(&fs.p("null"));
+    let dev = libc::makedev(1, 3);
+    // SAFETY: a valid C string path.
+    check(unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, dev) }).unwrap();
+    let m = fs::metadata(fs.p("null")).unwrap();
+    assert!(m.file_type().is_char_device());
+    assert_eq!(m.rdev(), dev);
+    let c = cpath(&fs.p("blk"));
+    let dev = libc::makedev(7, 0);
+    // SAFETY: a valid C string path.
+    check(unsafe { libc::mknod(c.as_ptr(), libc::S_IFBLK | 0o600, dev) }).unwrap();
+    assert!(fs::metadata(fs.p("blk"))
+        .unwrap()
+        .file_type()
+        .is_block_device());
+}
+
+#[test]
+fn chmod_changes_mode() {
+    let fs = TestFs::new();
+    fs::write(fs.p("f"), b"x").unwrap();
+    fs::set_permissions(fs.p("f"), fs::Permissions::from_mode(0o4751)).unwrap();
+    assert_eq!(
+        fs::metadata(fs.p("f")).unwrap().permissions().mode() & 0o7777,
+        0o4751
+    );
+    fs::create_dir(fs.p("d")).unwrap();
+    fs::set_permissions(fs.p("d"), fs::Permissions::from_mode(0o1700)).unwrap();
+    assert_eq!(
+        fs::metadata(fs.p("d")).unwrap().permissions().mode() & 0o7777,
+        0o1700
+    );
+    assert_eq!(
+        fs::metadata(fs.backing("f")).unwrap().permissions().mode() & 0o7777,
+        0o4751
+    );
+}
+
+#[test]
+fn chown_changes_owner_as_root() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let fs = TestFs::new();
+    fs::write(fs.p("f"), b"x").unwrap();
+    std::os::unix::fs::chown(fs.p("f"), Some(1234), Some(4321)).unwrap();
+    let m = fs::metadata(fs.p("f")).unwrap();
+    assert_eq!((m.uid(), m.gid()), (1234, 4321));
+    std::os::unix::fs::symlink("f", fs.p("l")).unwrap();
+    std::os::unix::fs::lchown(fs.p("l"), Some(55), None).unwrap();
+    assert_eq!(fs::symlink_metadata(fs.p("l")).unwrap().uid(), 55);
+    assert_eq!(fs::metadata(fs.p("f")).unwrap().uid(), 1234);
+}
+
+fn set_times(p: &Path, atime: libc::timespec, mtime: libc::timespec, flags: i32) {
+    let c = cpath(p);
+    let ts = [atime, mtime];
+    // SAFETY: a valid C string path and a two-element timespec array.
+    check(unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), ts.as_ptr(), flags) }).unwrap();
+}
+
+fn ts(sec: i64, nsec: i64) -> libc::timespec {
+    libc::timespec {
+        tv_sec: sec,
+        tv_nsec: nsec,
+    }
+}
+
+#[test]
+fn utimens_sets_omits_and_nows() {
+    let fs = TestFs::new();
+    fs::write(fs.p("f"), b"x").unwrap();
+    set_times(&fs.p("f"), ts(1_000_000_000, 5), ts(1_100_000_000, 7), 0);
+    let m = fs::metadata(fs.p("f")).unwrap();
+    assert_eq!((m.atime(), m.atime_nsec()), (1_000_000_000, 5));
+    assert_eq!((m.mtime(), m.mtime_nsec()), (1_100_000_000, 7));
+    set_times(&fs.p("f"), ts(0, libc::UTIME_OMIT), ts(1_200_000_000, 0), 0);
+    let m = fs::metadata(fs.p("f")).unwrap();
+    assert_eq!(m.atime(), 1_000_000_000);
+    assert_eq!(m.mtime(), 1_200_000_000);
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    set_times(
+        &fs.p("f"),
+        ts(0, libc::UTIME_OMIT),
+        ts(0, libc::UTIME_NOW),
+        0,
+    );
+    assert!(fs::metadata(fs.p("f")).unwrap().mtime() >= before - 1);
+    // Pre-1970 times survive too.
+    set_times(&fs.p("f"), ts(-86_400, 0), ts(0, libc::UTIME_OMIT), 0);
+    assert_eq!(fs::metadata(fs.p("f")).unwrap().atime(), -86_400);
+}
+
+#[test]
+fn utimens_on_symlink_itself() {
+    let fs = TestFs::new();
+    fs::write(fs.p("f"), b"x").unwrap();
+    set_times(&fs.p("f"), ts(1_000_000_000, 0), ts(1_000_000_000, 0), 0);
+    std::os::unix::fs::symlink("f", fs.p("l")).unwrap();
+    set_times(
+        &fs.p("l"),
+        ts(1_300_000_000, 0),
+        ts(1_300_000_000, 0),
+        libc::AT_SYMLINK_NOFOLLOW,
+    );
+    assert_eq!(
+        fs::symlink_metadata(fs.p("l")).unwrap().mtime(),
+        1_300_000_000
+    );
+    assert_eq!(fs::metadata(fs.p("f")).unwrap().mtime(), 1_000_000_000);
+}
+
+#[test]
+fn statfs_reports_backing_space_and_name_limit() {
+    let fs = TestFs::new();
+    let c = cpath(&fs.mnt);
+    // SAFETY: statvfs fills the zeroed struct.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid C string path and a valid out pointer.
+    check(unsafe { libc::statvfs(c.as_ptr(), &mut st) }).unwrap();
+    assert_eq!(st.f_namemax, 255);
+    assert!(st.f_blocks > 0 && st.f_bsize > 0);
+    assert!(st.f_bavail <= st.f_blocks);
+}
+
+#[test]
+fn access_checks() {
+    let fs = TestFs::new();
+    fs::write(fs.p("f"), b"x").unwrap();
+    let c = cpath(&fs.p("f"));
+    // SAFETY: valid C string paths.
+    unsafe {
+        check(libc::access(c.as_ptr(), libc::R_OK | libc::W_OK)).unwrap();
+        let e = check(libc::access(c.as_ptr(), libc::X_OK)).unwrap_err();
+        assert_eq!(errno(&e), libc::EACCES);
+        let missing = cpath(&fs.p("missing"));
+        let e = check(libc::access(missing.as_ptr(), libc::F_OK)).unwrap_err();
+        assert_eq!(errno(&e), libc::ENOENT);
+    }
+}
+
+#[test]
+fn user_xattrs_are_encrypted() {
+    let mut fs = TestFs::new();
+    fs::write(fs.p("f"), b"x").unwrap();
+    fs::create_dir(fs.p("d")).unwrap();
+    setxattr(&fs.p("f"), "user.colour", b"blue", 0).unwrap();
+    setxattr(&fs.p("d"), "user.size", b"large", 0).unwrap();
+    assert_eq!(getxattr(&fs.p("f"), "user.colour", true).unwrap(), b"blue");
+    assert_eq!(
+        listxattr(&fs.p("f")).unwrap(),
+        vec![b"user.colour".to_vec()]
+    );
+    let e = setxattr(&fs.p("f"), "user.colour", b"red", libc::XATTR_CREATE).unwrap_err();
+    assert_eq!(errno(&e), libc::EEXIST);
+    let e = getxattr(&fs.p("f"), "user.missing", true).unwrap_err();
+    assert_eq!(errno(&e), libc::ENODATA);
+    fs.remount();
+    assert_eq!(getxattr(&fs.p("d"), "user.size", true).unwrap(), b"large");
+    let backing_names = listxattr(&fs.backing("f")).unwrap();
+    assert_eq!(backing_names.len(), 1);
+    assert!(!String::from_utf8_lossy(&backing_names[0]).contains("colour"));
+    let raw = getxattr(
+        &fs.backing("f"),
+        std::str::from_utf8(&backing_names[0]).unwrap(),
+        false,
+    )
+    .unwrap();
+    assert!(!raw.windows(4).any(|w| w == b"blue"));
+    removexattr(&fs.p("f"), "user.colour").unwrap();
+    assert!(listxattr(&fs.p("f")).unwrap().is_empty());
+}
+
+#[test]
+fn posix_acl_xattr_passes_through() {
+    let fs = TestFs::new();
+    fs::write(fs.p("f"), b"x").unwrap();
+    // version 2; USER_OBJ rw-, USER 1000 r--, GROUP_OBJ r--, MASK r--, OTHER --- (a named
+    // user, so the backing file system must keep it as an xattr, not just as mode bits)
+    let mut acl = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in [
+        (0x01u16, 6u16, u32::MAX),
+        (0x02, 4, 1000),
+        (0x04, 4, u32::MAX),
+        (0x10, 4, u32::MAX),
+        (0x20, 0, u32::MAX),
+    ] {
+        acl.extend_from_slice(&tag.to_le_bytes());
+        acl.extend_from_slice(&perm.to_le_bytes());
+        acl.extend_from_slice(&id.to_le_bytes());
+    }
+    setxattr(&fs.p("f"), "system.posix_acl_access", &acl, 0).unwrap();
+    assert_eq!(
+        fs::metadata(fs.p("f")).unwrap().permissions().mode() & 0o777,
+        0o640
+    );
+    let backing = getxattr(&fs.backing("f"), "system.posix_acl_access", false).unwrap();
+    assert_eq!(backing, acl);
+    assert_eq!(
+        getxattr(&fs.p("f"), "system.posix_acl_access", true).unwrap(),
+        acl
+    );
+}
+
+#[test]
+fn mmap_shared_writable() {
+    let mut fs = TestFs::new();
+    let len = 3 * 4096 + 100;
+    fs::write(fs.p("m"), vec![b'a'; len]).unwrap();
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(fs.p("m"))
+        .unwrap();
+    // SAFETY: a shared mapping of an open file of `len` bytes, written within bounds and
+    // unmapped before the file is closed.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
+        let s = std::slice::from_raw_parts_mut(p.cast::<u8>(), len);
+        assert_eq!(s[5000], b'a');
+        s[0] = b'X';
+        s[4096 + 7] = b'Y';
+        s[len - 1] = b'Z';
+        check(libc::msync(p, len, libc::MS_SYNC)).unwrap();
+        check(libc::munmap(p, len)).unwrap();
+    }
+    drop(f);
+    let check_content = |got: Vec<u8>| {
+        assert_eq!(got.len(), len);
+        assert_eq!(got[0], b'X');
+        assert_eq!(got[4096 + 7], b'Y');
+        assert_eq!(got[len - 1], b'Z');
+        assert_eq!(got.iter().filter(|&&b| b == b'a').count(), len - 3);
+    };
+    check_content(fs::read(fs.p("m")).unwrap());
+    fs.remount();
+    check_content(fs::read(fs.p("m")).unwrap());
+}
+
+#[test]
+fn o_direct_is_accepted() {
+    let fs = TestFs::new();
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(fs.p("direct"))
+        .unwrap();
+    let data = pattern(10_000, 4);
+    f.write_all_at(&data, 3).unwrap();
+    let mut got = vec![0u8; 10_000];
+    f.read_exact_at(&mut got, 3).unwrap();
+    assert_eq!(got, data);
+    drop(f);
+    let all = fs::read(fs.p("direct")).unwrap();
+    assert_eq!(&all[3..], &data[..]);
+}
+
+#[test]
+fn names_up_to_255_bytes() {
+    let mut fs = TestFs::new();
+    let long = "n".repeat(255);
+    let long_utf8 = format!("{}x", "é".repeat(127)); // 255 bytes
+    assert_eq!(long_utf8.len(), 255);
+    fs::write(fs.p(&long), b"long name").unwrap();
+    fs::create_dir(fs.p(&long_utf8)).unwrap();
+    fs::write(fs.p(&format!("{long_utf8}/{long}")), b"nested").unwrap();
+    let mut want = vec![long.clone(), long_utf8.clone()];
+    want.sort();
+    assert_eq!(names(&fs.mnt), want);
+    let e = fs::write(fs.p(&"z".repeat(256)), b"").unwrap_err();
+    assert_eq!(errno(&e), libc::ENAMETOOLONG);
+    // Long to long, long to short and back, hard link: sidecars follow the names.
+    let long2 = "m".repeat(200);
+    fs::rename(fs.p(&long), fs.p(&long2)).unwrap();
+    fs::hard_link(fs.p(&long2), fs.p("short")).unwrap();
+    fs::rename(fs.p("short"), fs.p(&"s".repeat(240))).unwrap();
+    fs.remount();
+    assert_eq!(fs::read(fs.p(&long2)).unwrap(), b"long name");
+    assert_eq!(fs::read(fs.p(&"s".repeat(240))).unwrap(), b"long name");
+    assert_eq!(
+        fs::read(fs.p(&format!("{long_utf8}/{long}"))).unwrap(),
+        b"nested"
+    );
+    fs::remove_file(fs.p(&long2)).unwrap();
+    fs::remove_file(fs.p(&"s".repeat(240))).unwrap();
+    fs::remove_file(fs.p(&format!("{long_utf8}/{long}"))).unwrap();
+    fs::remove_dir(fs.p(&long_utf8)).unwrap();
+    // Nothing left behind: no long-name entries, no sidecars.
+    let left: Vec<String> = names(&fs.cipher)
+        .into_iter()
+        .filter(|n| n != "cloakfs.conf")
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[test]
+fn deep_tree_beyond_backing_path_max() {
+    let fs = TestFs::new();
+    // 150 levels: the backing path (about 25 bytes per level) exceeds PATH_MAX, which
+    // fd-relative calls never see.
+    let mut rel = String::new();
+    for i in 0..150 {
+        if i > 0 {
+            rel.push('/');
+        }
+        rel.push_str("dd");
+        fs::create_dir(fs.p(&rel)).unwrap();
+    }
+    fs::write(fs.p(&format!("{rel}/leaf")), b"bottom").unwrap();
+    assert_eq!(fs::read(fs.p(&format!("{rel}/leaf"))).unwrap(), b"bottom");
+    fs::rename(fs.p("dd"), fs.p("top")).unwrap();
+    let moved = format!("top{}/leaf", &rel[2..]);
+    assert_eq!(fs::read(fs.p(&moved)).unwrap(), b"bottom");
+    fs::remove_dir_all(fs.p("top")).unwrap();
+    assert!(names(&fs.mnt).is_empty());
+}
+
+#[test]
+fn readdir_lists_dot_entries_and_every_name_once() {
+    let fs = TestFs::new();
+    fs::create_dir(fs.p("big")).unwrap();
+    for i in 0..1500 {
+        File::create(fs.p(&format!("big/file-{i:04}"))).unwrap();
+    }
+    let raw = raw_names(&fs.p("big"));
+    assert_eq!(raw.len(), 1502);
+    assert_eq!(raw[0], b".");
+    assert_eq!(raw[1], b"..");
+    // Changes during a listing: entries present throughout appear exactly once.
+    let mut it = fs::read_dir(fs.p("big")).unwrap();
+    let mut seen: Vec<String> = it
+        .by_ref()
+        .take(100)
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    for i in 0..50 {
+        File::create(fs.p(&format!("big/new-{i}"))).unwrap();
+    }
+    seen.extend(it.map(|e| e.unwrap().file_name().into_string().unwrap()));
+    for i in 0..1500 {
+        let n = format!("file-{i:04}");
+        assert_eq!(seen.iter().filter(|s| **s == n).count(), 1, "{n}");
+    }
+    assert_eq!(names(&fs.p("big")).len(), 1550);
+}
+
+#[test]
+fn telldir_position_resumes_in_a_new_handle() {
+    let mut fs = TestFs::new();
+    for i in 0..400 {
+        File::create(fs.p(&format!("e{i}"))).unwrap();
+    }
+    fs.remount();
+    let c = cpath(&fs.mnt);
+    let mut seen = Vec::new();
+    // SAFETY: valid C string; DIR pointers are checked and closed; each dirent is read
+    // before the next readdir call.
+    unsafe {
+        let read_one = |d: *mut libc::DIR| {
+            let e = libc::readdir(d);
+            (!e.is_null()).then(|| {
+                std::ffi::CStr::from_ptr((*e).d_name.as_ptr())
+                    .to_string_lossy()
+                    .into_owned()
+            })
+        };
+        let d = libc::opendir(c.as_ptr());
+        assert!(!d.is_null());
+        for _ in 0..150 {
+            seen.push(read_one(d).unwrap());
+        }
+        let pos = libc::telldir(d);
+        libc::closedir(d);
+        let d = libc::opendir(c.as_ptr());
+        assert!(!d.is_null());
+        libc::seekdir(d, pos);
+        while let Some(n) = read_one(d) {
+            seen.push(n);
+        }
+        libc::closedir(d);
+    }
+    seen.sort();
+    let mut want: Vec<String> = (0..400).map(|i| format!("e{i}")).collect();
+    want.push(".".into());
+    want.push("..".into());
+    want.sort();
+    assert_eq!(seen, want);
+}
+
+#[test]
+fn listing_with_attributes_reports_plaintext_sizes() {
+    let mut fs = TestFs::new();
+    fs::create_dir(fs.p("d")).unwrap();
+    for i in 0..300u64 {
+        fs::write(fs.p(&format!("d/f{i}")), vec![1u8; (i * 37) as usize]).unwrap();
+    }
+    std::os::unix::fs::symlink("some/target", fs.p("d/link")).unwrap();
+    fs::create_dir(fs.p("d/sub")).unwrap();
+    fs.remount();
+    // ls -l: list, then stat every entry (the kernel answers from readdirplus replies).
+    let mut seen = 0;
+    for e in fs::read_dir(fs.p("d")).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().into_string().unwrap();
+        let m = e.path().symlink_metadata().unwrap();
+        match name.as_str() {
+            "link" => assert_eq!(m.len(), "some/target".len() as u64),
+            "sub" => assert!(m.is_dir()),
+            f => {
+                let i: u64 = f[1..].parse().unwrap();
+                assert_eq!(m.len(), i * 37, "{f}");
+            }
+        }
+        seen += 1;
+    }
+    assert_eq!(seen, 302);
+    // Twice, so the second pass may come from the kernel's cache.
+    assert_eq!(names(&fs.p("d")).len(), 302);
+}
+
+#[test]
+fn flock_and_ofd_locks_conflict() {
+    let fs = TestFs::new();
+    fs::write(fs.p("lock"), b"x").unwrap();
+    let a = File::open(fs.p("lock")).unwrap();
+    let b = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(fs.p("lock"))
+        .unwrap();
+    // SAFETY: flock on open descriptors.
+    unsafe {
+        check(libc::flock(a.as_raw_fd(), libc::LOCK_EX)).unwrap();
+        let e = check(libc::flock(b.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB)).unwrap_err();
+        assert_eq!(errno(&e), libc::EWOULDBLOCK);
+        check(libc::flock(a.as_raw_fd(), libc::LOCK_UN)).unwrap();
+        check(libc::flock(b.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB)).unwrap();
+    }
+    let mut lk = libc::flock {
+        l_type: libc::F_WRLCK as i16,
+        l_whence: libc::SEEK_SET as i16,
+        l_start: 0,
+        l_len: 10,
+        l_pid: 0,
+    };
+    // SAFETY: fcntl with a valid flock struct on open descriptors.
+    unsafe {
+        check(libc::fcntl(b.as_raw_fd(), libc::F_OFD_SETLK, &lk)).unwrap();
+        lk.l_type = libc::F_RDLCK as i16;
+        let e = check(libc::fcntl(a.as_raw_fd(), libc::F_OFD_SETLK, &lk)).unwrap_err();
+        assert_eq!(errno(&e), libc::EAGAIN);
+        check(libc::fcntl(a.as_raw_fd(), libc::F_OFD_GETLK, &mut lk)).unwrap();
+        assert_eq!(lk.l_type, libc::F_WRLCK as i16);
+    }
+}
+
+#[test]
+fn read_only_mount_refuses_writes() {
+    let mut fs = TestFs::new();
+    fs::write(fs.p("f"), b"kept").unwrap();
+    fs::create_dir(fs.p("d")).unwrap();
+    fs.unmount();
+    fs.opts.read_only = true;
+    fs.mount();
+    assert_eq!(fs::read(fs.p("f")).unwrap(), b"kept");
+    for e in [
+        fs::write(fs.p("new"), b"x").unwrap_err(),
+        OpenOptions::new().write(true).open(fs.p("f")).unwrap_err(),
+        fs::create_dir(fs.p("d2")).unwrap_err(),
+        fs::remove_file(fs.p("f")).unwrap_err(),
+        fs::rename(fs.p("f"), fs.p("g")).unwrap_err(),
+        setxattr(&fs.p("f"), "user.a", b"b", 0).unwrap_err(),
+    ] {
+        assert_eq!(errno(&e), libc::EROFS);
+    }
+}
+
+#[test]
+fn new_objects_belong_to_their_creator_under_allow_other() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let fs = TestFs::with(|o| {
+        o.allow_other = true;
+        o.default_permissions = true;
+    });
+    fs::set_permissions(fs.tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    fs::create_dir(fs.p("pub")).unwrap();
+    fs::set_permissions(fs.p("pub"), fs::Permissions::from_mode(0o777)).unwrap();
+    assert!(run(Command::new("sh")
+        .arg("-c")
+        .arg("echo hi > pub/f && mkdir pub/d && ln -s f pub/l && mkfifo pub/p")
+        .current_dir(&fs.mnt)
+        .uid(4242)
+        .gid(4343)));
+    for name in ["pub/f", "pub/d", "pub/l", "pub/p"] {
+        let m = fs::symlink_metadata(fs.p(name)).unwrap();
+        assert_eq!((m.uid(), m.gid()), (4242, 4343), "{name}");
+        let b = fs::symlink_metadata(fs.backing(name)).unwrap();
+        assert_eq!((b.uid(), b.gid()), (4242, 4343), "backing of {name}");
+    }
+    assert_eq!(fs::read(fs.p("pub/f")).unwrap(), b"hi\n");
+}
+
+use std::os::unix::process::CommandExt as _;
