@@ -7,6 +7,7 @@ mod failure;
 mod logging;
 mod mount_options;
 mod secret_input;
+mod signals;
 mod unlock;
 
 use clap::Parser;

@@ -4,7 +4,12 @@
 //! reach swap and are wiped when the volume is closed. Debug output never shows the bytes.
 
 use std::fmt;
+use std::sync::Mutex;
 use zeroize::{Zeroize, Zeroizing};
+
+/// Address and length of every live mlocked secret, so a forked child can lock them again
+/// (memory locks are not inherited across fork).
+static LOCKED: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
 
 /// `N` secret bytes, mlocked for their whole life and zeroized on drop.
 pub struct SecretBytes<const N: usize> {
@@ -91,13 +96,33 @@ impl fmt::Debug for Passphrase {
 fn lock_memory(ptr: *const u8, len: usize) -> bool {
     // SAFETY: `ptr..ptr+len` is a live allocation owned by the caller; mlock only changes
     // paging behaviour and fails harmlessly (ENOMEM/EPERM) when RLIMIT_MEMLOCK is exhausted.
-    unsafe { libc::mlock(ptr.cast(), len) == 0 }
+    let ok = unsafe { libc::mlock(ptr.cast(), len) == 0 };
+    if ok {
+        registry().push((ptr as usize, len));
+    }
+    ok
 }
 
 fn unlock_memory(ptr: *const u8, len: usize) {
+    let mut r = registry();
+    if let Some(i) = r.iter().position(|&e| e == (ptr as usize, len)) {
+        r.swap_remove(i);
+    }
     // SAFETY: the same range was successfully mlocked in `lock_memory` and is still allocated.
     unsafe {
         libc::munlock(ptr.cast(), len);
+    }
+}
+
+fn registry() -> std::sync::MutexGuard<'static, Vec<(usize, usize)>> {
+    LOCKED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Locks every live secret again. Called in a child after fork(2), which drops memory locks.
+pub fn relock_after_fork() {
+    for &(ptr, len) in registry().iter() {
+        // SAFETY: each entry is a live SecretBytes allocation (entries are removed on drop).
+        unsafe { libc::mlock(ptr as *const libc::c_void, len) };
     }
 }
 

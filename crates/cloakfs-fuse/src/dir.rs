@@ -200,13 +200,13 @@ impl CloakFs {
             };
             let plain = match names::classify(name) {
                 EntryKind::Internal => continue,
-                EntryKind::Encrypted(e) => self.volume.names().decrypt(&id, e).map_err(|_| {
+                EntryKind::Encrypted(e) => self.volume.names().decrypt_short(&id, e).map_err(|_| {
                     "name does not decrypt in this directory (tampered, moved or from another volume)"
                 }),
                 EntryKind::Long(b) => {
                     let dfd = d.fd().map_err(errno)?;
                     Self::read_sidecar(dfd, b).and_then(|full| {
-                        self.volume.names().decrypt(&id, &full).map_err(|_| {
+                        self.volume.names().decrypt_long(&id, b, &full).map_err(|_| {
                             "long name does not decrypt in this directory (tampered, moved or from another volume)"
                         })
                     })

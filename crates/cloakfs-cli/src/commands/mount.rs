@@ -72,6 +72,7 @@ pub fn run(args: MountArgs) -> Result<()> {
             logging::redirect(None);
         }
     }
+    crate::signals::unmount_on_signal(mountpoint.clone());
     tracing::info!(
         "serving {} on {}",
         cipherdir.display(),

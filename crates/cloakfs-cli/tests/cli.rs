@@ -1,0 +1,431 @@
+//! The `cloakfs` command end to end: volume creation, mounting in its several forms, and every
+//! kind of bad input the core issue lists. Real FUSE mounts throughout.
+
+mod common;
+
+use common::*;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Stdio};
+
+#[test]
+fn init_creates_volume_and_refuses_existing_or_nonempty() {
+    let f = Fixture::new();
+    assert!(f.cipher.join("cloakfs.conf").is_file());
+    assert_fails(&f.init(&[]), 3, "already holds a cloakfs volume");
+
+    let g = Fixture::bare();
+    std::fs::create_dir(&g.cipher).unwrap();
+    std::fs::write(g.cipher.join("stray"), "x").unwrap();
+    assert_fails(&g.init(&[]), 2, "not empty");
+}
+
+#[test]
+fn info_shows_parameters_without_secret() {
+    let f = Fixture::bare();
+    assert!(f
+        .init(&["--cipher", "xchacha20-poly1305", "--strict-holes"])
+        .status
+        .success());
+    let out = cloakfs(&["info", s(&f.cipher)]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(text.contains("xchacha20-poly1305"), "{text}");
+    assert!(text.contains("strict"), "{text}");
+    assert!(text.contains("slot 1: passphrase"), "{text}");
+}
+
+#[test]
+fn mount_daemonizes_and_unmount_flushes() {
+    let f = Fixture::new();
+    let m = f.mounted(&[]);
+    std::fs::write(f.mnt.join("a.txt"), b"persisted through unmount").unwrap();
+    m.unmount();
+    assert!(std::fs::read_dir(&f.mnt).unwrap().next().is_none());
+    let m = f.mounted(&[]);
+    assert_eq!(
+        std::fs::read(f.mnt.join("a.txt")).unwrap(),
+        b"persisted through unmount"
+    );
+    m.unmount();
+}
+
+#[test]
+fn foreground_mount_stays_attached_until_unmounted() {
+    let f = Fixture::new();
+    let mut child = Command::new(BIN)
+        .args([
+            "mount",
+            "--foreground",
+            "--passfile",
+            s(&f.pass),
+            s(&f.cipher),
+            s(&f.mnt),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "Filesystem mounted and ready.");
+    let guard = MountGuard(f.mnt.clone());
+    std::fs::write(f.mnt.join("x"), b"1").unwrap();
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "foreground process must stay"
+    );
+    guard.unmount();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "foreground daemon exit: {status}");
+}
+
+#[test]
+fn wrong_passphrase_is_refused_before_mounting() {
+    let f = Fixture::new();
+    let wrong = f.write_pass("not the passphrase");
+    let out = cloakfs(&["mount", "--passfile", s(&wrong), s(&f.cipher), s(&f.mnt)]);
+    assert_fails(&out, 1, "wrong passphrase");
+    assert!(!is_mounted(&f.mnt));
+}
+
+#[test]
+fn extpass_and_stdin_passphrase_sources() {
+    let f = Fixture::new();
+    let cmd = format!("cat {}", s(&f.pass));
+    let out = cloakfs(&["mount", "--extpass", &cmd, s(&f.cipher), s(&f.mnt)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    MountGuard(f.mnt.clone()).unmount();
+
+    let mut child = Command::new(BIN)
+        .args(["mount", "--passfile", "-", s(&f.cipher), s(&f.mnt)])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"correct horse battery\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    MountGuard(f.mnt.clone()).unmount();
+}
+
+#[test]
+fn no_terminal_and_no_passfile_is_a_clear_error() {
+    let f = Fixture::new();
+    let out = cloakfs(&["mount", s(&f.cipher), s(&f.mnt)]);
+    assert_fails(&out, 2, "--passfile");
+}
+
+#[test]
+fn missing_config_is_not_a_volume() {
+    let f = Fixture::bare();
+    std::fs::create_dir(&f.cipher).unwrap();
+    let out = f.mount(&[]);
+    assert_fails(&out, 3, "no cloakfs volume");
+}
+
+#[test]
+fn damaged_config_is_refused() {
+    let f = Fixture::new();
+    std::fs::write(
+        f.cipher.join("cloakfs.conf"),
+        "{\"cloakfs\": 1, \"volume\": ",
+    )
+    .unwrap();
+    assert_fails(&f.mount(&[]), 3, "damaged volume config");
+}
+
+#[test]
+fn unknown_format_version_is_refused() {
+    let f = Fixture::new();
+    let conf = f.cipher.join("cloakfs.conf");
+    let text = std::fs::read_to_string(&conf).unwrap();
+    std::fs::write(&conf, text.replace("\"cloakfs\": 1", "\"cloakfs\": 7")).unwrap();
+    assert_fails(&f.mount(&[]), 3, "unsupported config version 7");
+    std::fs::write(
+        &conf,
+        text.replace("\"format_version\": \"1\"", "\"format_version\": \"2\""),
+    )
+    .unwrap();
+    assert_fails(&f.mount(&[]), 3, "unsupported volume format version 2");
+}
+
+#[test]
+fn flipped_config_flag_is_refused_after_unlock() {
+    let f = Fixture::new();
+    let conf = f.cipher.join("cloakfs.conf");
+    let text = std::fs::read_to_string(&conf).unwrap();
+    std::fs::write(&conf, text.replace("\"sparse\"", "\"strict\"")).unwrap();
+    assert_fails(&f.mount(&[]), 3, "modified without the key");
+    assert!(!is_mounted(&f.mnt));
+}
+
+#[test]
+fn nonempty_mountpoint_is_refused() {
+    let f = Fixture::new();
+    std::fs::write(f.mnt.join("already-here"), "x").unwrap();
+    assert_fails(&f.mount(&[]), 4, "not empty");
+    let m = f.mounted(&["-o", "nonempty"]);
+    m.unmount();
+}
+
+#[test]
+fn read_only_mount_refuses_writes() {
+    let f = Fixture::new();
+    let m = f.mounted(&[]);
+    std::fs::write(f.mnt.join("kept"), b"data").unwrap();
+    m.unmount();
+    let m = f.mounted(&["-o", "ro"]);
+    assert_eq!(std::fs::read(f.mnt.join("kept")).unwrap(), b"data");
+    let err = std::fs::write(f.mnt.join("new"), b"x").unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS));
+    m.unmount();
+}
+
+#[test]
+fn unknown_mount_option_is_a_usage_error() {
+    let f = Fixture::new();
+    assert_fails(&f.mount(&["-o", "frobnicate"]), 2, "unknown mount option");
+}
+
+#[test]
+fn unmount_refuses_a_non_cloakfs_directory() {
+    let f = Fixture::bare();
+    assert_fails(
+        &cloakfs(&["unmount", s(&f.mnt)]),
+        2,
+        "not a cloakfs mount point",
+    );
+}
+
+/// Puts the binary under test where mount(8)'s helpers look (their PATH is reset to
+/// /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin), unless a real install is there.
+struct InstalledBin(Option<std::path::PathBuf>);
+
+impl InstalledBin {
+    fn new() -> Self {
+        let link = std::path::PathBuf::from("/usr/local/bin/cloakfs");
+        match std::fs::symlink_metadata(&link) {
+            Ok(m) if !m.file_type().is_symlink() => return Self(None),
+            Ok(_) => std::fs::remove_file(&link).unwrap(),
+            Err(_) => {}
+        }
+        std::os::unix::fs::symlink(BIN, &link).unwrap();
+        Self(Some(link))
+    }
+}
+
+impl Drop for InstalledBin {
+    fn drop(&mut self) {
+        if let Some(l) = &self.0 {
+            let _ = std::fs::remove_file(l);
+        }
+    }
+}
+
+fn mounted_line(mnt: &std::path::Path) -> String {
+    let mnt = std::fs::canonicalize(mnt).unwrap();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .find(|l| l.split(' ').nth(4) == Some(s(&mnt)))
+        .map(str::to_string)
+        .unwrap_or_default()
+}
+
+/// `mount -t fuse.cloakfs` and an fstab line: mount(8) runs mount.fuse3, which runs
+/// `cloakfs CIPHERDIR MOUNTPOINT -o OPTIONS`.
+#[test]
+fn mount_t_fuse_cloakfs_and_fstab_entry() {
+    let _bin = InstalledBin::new();
+    let f = Fixture::new();
+    let opts = format!("passfile={},noexec", s(&f.pass));
+    let out = Command::new("mount")
+        .args(["-t", "fuse.cloakfs", s(&f.cipher), s(&f.mnt), "-o", &opts])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "mount -t fuse.cloakfs: {}",
+        stderr(&out)
+    );
+    let guard = MountGuard(f.mnt.clone());
+    let line = mounted_line(&f.mnt);
+    assert!(line.contains("fuse.cloakfs"), "{line}");
+    assert!(line.contains("noexec"), "{line}");
+    std::fs::write(f.mnt.join("via-mount-t"), b"ok").unwrap();
+    guard.unmount();
+
+    let fstab = f.tmp.path().join("fstab");
+    std::fs::write(
+        &fstab,
+        format!(
+            "# test fstab\n{} {} fuse.cloakfs passfile={},nofail,nosuid,x-test.opt 0 0\n",
+            s(&f.cipher),
+            s(&std::fs::canonicalize(&f.mnt).unwrap()),
+            s(&f.pass)
+        ),
+    )
+    .unwrap();
+    let out = Command::new("mount")
+        .args([
+            "--fstab",
+            s(&fstab),
+            s(&std::fs::canonicalize(&f.mnt).unwrap()),
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "mount via fstab: {}", stderr(&out));
+    let guard = MountGuard(f.mnt.clone());
+    assert!(mounted_line(&f.mnt).contains("nosuid"));
+    assert_eq!(std::fs::read(f.mnt.join("via-mount-t")).unwrap(), b"ok");
+    guard.unmount();
+}
+
+fn in_mount_namespace(script: &str) -> std::process::Output {
+    Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", script])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn missing_dev_fuse_is_a_clear_error() {
+    let f = Fixture::new();
+    let script = format!(
+        "mount -t tmpfs none /dev && exec {BIN} mount --passfile {} {} {}",
+        s(&f.pass),
+        s(&f.cipher),
+        s(&f.mnt)
+    );
+    assert_fails(&in_mount_namespace(&script), 4, "/dev/fuse is missing");
+}
+
+#[test]
+fn missing_fusermount3_for_a_user_is_a_clear_error() {
+    let f = Fixture::new();
+    // The unprivileged user must be able to reach the volume and its passfile.
+    for p in [f.tmp.path(), &f.cipher, &f.mnt] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    for p in [f.pass.clone(), f.cipher.join("cloakfs.conf")] {
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let hide: String = ["/usr/bin/fusermount3", "/bin/fusermount3"]
+        .iter()
+        .filter(|p| std::path::Path::new(p).exists())
+        .map(|p| format!("mount --bind /dev/null {p} && "))
+        .collect();
+    let script = format!(
+        "{hide}exec setpriv --reuid=65534 --regid=65534 --clear-groups {BIN} mount --passfile {} {} {}",
+        s(&f.pass),
+        s(&f.cipher),
+        s(&f.mnt)
+    );
+    assert_fails(&in_mount_namespace(&script), 4, "fusermount3 not found");
+}
+
+/// A full backing disk: ENOSPC reaches the writer, and what was written before stays intact.
+#[test]
+fn full_disk_surfaces_enospc_and_keeps_data() {
+    let f = Fixture::bare();
+    let small = f.tmp.path().join("small");
+    std::fs::create_dir(&small).unwrap();
+    let st = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=3m", "cloakfs-test", s(&small)])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    struct Umount(std::path::PathBuf);
+    impl Drop for Umount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let _tmpfs = Umount(small.clone());
+    let cipher = small.join("cipher");
+    let out = cloakfs(
+        &[
+            &["init", "--passfile", s(&f.pass)][..],
+            &CHEAP_KDF[..],
+            &[s(&cipher)],
+        ]
+        .concat(),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = cloakfs(&["mount", "--passfile", s(&f.pass), s(&cipher), s(&f.mnt)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let guard = MountGuard(f.mnt.clone());
+
+    let keep: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(f.mnt.join("keep"), &keep).unwrap();
+    // Grow a second file until the disk is full; the error must be ENOSPC, on write or fsync.
+    let mut big = std::fs::File::create(f.mnt.join("big")).unwrap();
+    let chunk = vec![0x5au8; 64 * 1024];
+    let mut err = None;
+    for _ in 0..200 {
+        if let Err(e) = big.write_all(&chunk).and_then(|_| big.sync_all()) {
+            err = Some(e);
+            break;
+        }
+    }
+    let err = err.expect("a 3 MiB disk must fill up");
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+    drop(big);
+    // Appending to the kept file fails too, without damaging its existing bytes.
+    let mut k = std::fs::OpenOptions::new()
+        .append(true)
+        .open(f.mnt.join("keep"))
+        .unwrap();
+    let _ = k.write_all(&chunk).and_then(|_| k.sync_all());
+    drop(k);
+    let back = std::fs::read(f.mnt.join("keep")).unwrap();
+    assert!(back.len() >= keep.len());
+    assert_eq!(&back[..keep.len()], &keep[..]);
+    guard.unmount();
+}
+
+/// SIGTERM to the daemon unmounts cleanly instead of leaving a dead mount behind.
+#[test]
+fn sigterm_unmounts_and_keeps_data() {
+    let f = Fixture::new();
+    let mut child = Command::new(BIN)
+        .args([
+            "mount",
+            "-f",
+            "--passfile",
+            s(&f.pass),
+            s(&f.cipher),
+            s(&f.mnt),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let guard = MountGuard(f.mnt.clone());
+    std::fs::write(f.mnt.join("before-term"), b"kept").unwrap();
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert!(status.success(), "daemon exit after SIGTERM: {status}");
+    assert!(!is_mounted(&f.mnt), "SIGTERM must unmount");
+    std::mem::forget(guard);
+    let m = f.mounted(&[]);
+    assert_eq!(std::fs::read(f.mnt.join("before-term")).unwrap(), b"kept");
+    m.unmount();
+}

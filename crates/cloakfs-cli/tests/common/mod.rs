@@ -1,0 +1,140 @@
+//! Shared harness for CLI tests: runs the real `cloakfs` binary and mounts for real.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_cloakfs");
+
+/// Cheap KDF flags: tests measure behaviour, not brute-force cost.
+pub const CHEAP_KDF: [&str; 4] = ["--kdf-memory", "64", "--kdf-iterations", "1"];
+
+/// A volume in a temporary directory, with a passfile and a mount point.
+pub struct Fixture {
+    pub tmp: tempfile::TempDir,
+    pub cipher: PathBuf,
+    pub mnt: PathBuf,
+    pub pass: PathBuf,
+}
+
+impl Fixture {
+    /// Creates the directories and the passfile; no volume yet.
+    pub fn bare() -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let cipher = tmp.path().join("cipher");
+        let mnt = tmp.path().join("mnt");
+        let pass = tmp.path().join("pass");
+        std::fs::create_dir(&mnt).unwrap();
+        std::fs::write(&pass, "correct horse battery\n").unwrap();
+        Self {
+            tmp,
+            cipher,
+            mnt,
+            pass,
+        }
+    }
+
+    /// A fixture with an initialized volume.
+    pub fn new() -> Self {
+        let f = Self::bare();
+        let out = f.init(&[]);
+        assert!(out.status.success(), "init failed: {}", stderr(&out));
+        f
+    }
+
+    pub fn init(&self, extra: &[&str]) -> Output {
+        cloakfs(
+            &[
+                &["init", "--passfile", s(&self.pass)],
+                &CHEAP_KDF[..],
+                extra,
+                &[s(&self.cipher)],
+            ]
+            .concat(),
+        )
+    }
+
+    /// `cloakfs mount` (daemonized), returning its output.
+    pub fn mount(&self, extra: &[&str]) -> Output {
+        cloakfs(
+            &[
+                &["mount", "--passfile", s(&self.pass)],
+                extra,
+                &[s(&self.cipher), s(&self.mnt)],
+            ]
+            .concat(),
+        )
+    }
+
+    /// Mounts and asserts success.
+    pub fn mounted(&self, extra: &[&str]) -> MountGuard {
+        let out = self.mount(extra);
+        assert!(out.status.success(), "mount failed: {}", stderr(&out));
+        assert!(
+            is_mounted(&self.mnt),
+            "mount returned 0 but nothing is mounted"
+        );
+        MountGuard(self.mnt.clone())
+    }
+
+    pub fn write_pass(&self, p: &str) -> PathBuf {
+        let path = self.tmp.path().join(format!("pass-{}", p.len()));
+        std::fs::write(&path, format!("{p}\n")).unwrap();
+        path
+    }
+}
+
+/// Unmounts on drop, so a failing test leaves nothing behind.
+pub struct MountGuard(pub PathBuf);
+
+impl MountGuard {
+    pub fn unmount(self) {
+        let out = cloakfs(&["unmount", s(&self.0)]);
+        assert!(out.status.success(), "unmount failed: {}", stderr(&out));
+        assert!(!is_mounted(&self.0));
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for MountGuard {
+    fn drop(&mut self) {
+        if is_mounted(&self.0) {
+            let _ = Command::new("fusermount3").arg("-uz").arg(&self.0).status();
+        }
+    }
+}
+
+pub fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+pub fn cloakfs(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Whether `p` is a mount point (per /proc/self/mountinfo).
+pub fn is_mounted(p: &Path) -> bool {
+    let p = std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(s(&p)))
+}
+
+/// Asserts a failed run: exit code, one-line error on stderr containing `needle`.
+pub fn assert_fails(out: &Output, code: i32, needle: &str) {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(code), "stderr: {err}");
+    assert!(err.contains(needle), "expected {needle:?} in {err:?}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one-line error: {err:?}");
+    assert!(!err.contains("panicked"), "{err}");
+}
