@@ -28,6 +28,9 @@ thread_local! {
 }
 
 struct State {
+    /// Whether the header has been read (it is read on first use, not at open, so that
+    /// opening a file does not touch the backing file's access time).
+    loaded: bool,
     cipher: Option<FileCipher>,
     size: u64,
 }
@@ -52,29 +55,58 @@ fn tampered(msg: String) -> Error {
 }
 
 impl ContentFile {
-    /// Wraps an open backing file (opened read-write for writing), reading its header.
+    /// Wraps an open backing file (opened read-write for writing). The header is read on
+    /// first use.
     pub fn open(codec: Arc<ContentCodec>, file: File) -> Result<Self> {
         let len = file.metadata()?.len();
-        let layout = codec.layout();
-        let mut state = State {
+        let state = State {
+            loaded: len == 0,
             cipher: None,
-            size: 0,
+            size: codec.layout().plain_size_lenient(len),
         };
-        if len > 0 {
-            let mut h = [0u8; HEADER_LEN as usize];
-            if len < HEADER_LEN {
-                return Err(tampered("file header truncated".into()));
-            }
-            file.read_exact_at(&mut h, 0)?;
-            let header = FileHeader::parse(&h)?;
-            state.cipher = Some(codec.file_cipher(header.id));
-            state.size = layout.plain_size_lenient(len);
-        }
         Ok(Self {
             codec,
             file,
             state: RwLock::new(state),
         })
+    }
+
+    /// Reads and checks the header if not done yet.
+    fn load(&self, st: &mut State) -> Result<()> {
+        if st.loaded {
+            return Ok(());
+        }
+        let len = self.file.metadata()?.len();
+        if len > 0 {
+            if len < HEADER_LEN {
+                return Err(tampered("file header truncated".into()));
+            }
+            let mut h = [0u8; HEADER_LEN as usize];
+            self.file.read_exact_at(&mut h, 0)?;
+            let header = FileHeader::parse(&h)?;
+            st.cipher = Some(self.codec.file_cipher(header.id));
+        }
+        st.loaded = true;
+        Ok(())
+    }
+
+    /// The state with its header loaded, for readers.
+    fn loaded_state(&self) -> Result<RwLockReadGuard<'_, State>> {
+        {
+            let st = self.read_state();
+            if st.loaded {
+                return Ok(st);
+            }
+        }
+        self.load(&mut self.write_state())?;
+        Ok(self.read_state())
+    }
+
+    /// The state with its header loaded, for writers.
+    fn loaded_state_mut(&self) -> Result<RwLockWriteGuard<'_, State>> {
+        let mut st = self.write_state();
+        self.load(&mut st)?;
+        Ok(st)
     }
 
     /// The backing file.
@@ -100,8 +132,8 @@ impl ContentFile {
     }
 
     /// The file ID, if the file has a header.
-    pub fn file_id(&self) -> Option<FileId> {
-        self.read_state().cipher.as_ref().map(FileCipher::id)
+    pub fn file_id(&self) -> Result<Option<FileId>> {
+        Ok(self.loaded_state()?.cipher.as_ref().map(FileCipher::id))
     }
 
     /// Re-reads the size from the backing file (after it changed behind our back).
@@ -114,7 +146,7 @@ impl ContentFile {
 
     /// Reads up to `buf.len()` plaintext bytes at `off`; returns the count (0 at end of file).
     pub fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<usize> {
-        let st = self.read_state();
+        let st = self.loaded_state()?;
         if off >= st.size || buf.is_empty() {
             return Ok(0);
         }
@@ -156,7 +188,7 @@ impl ContentFile {
         if data.is_empty() {
             return Ok(0);
         }
-        let mut st = self.write_state();
+        let mut st = self.loaded_state_mut()?;
         self.ensure_header(&mut st)?;
         if off > st.size {
             self.extend(&mut st, off)?;
@@ -224,7 +256,7 @@ impl ContentFile {
     /// Sets the plaintext size: shrinking re-seals a new partial last block, growing leaves a
     /// hole (or encrypted zeros on a strict volume).
     pub fn truncate(&self, new_size: u64) -> Result<()> {
-        let mut st = self.write_state();
+        let mut st = self.loaded_state_mut()?;
         let old = st.size;
         if new_size == old {
             return Ok(());
@@ -233,6 +265,7 @@ impl ContentFile {
             self.file.set_len(0)?;
             st.cipher = None;
             st.size = 0;
+            st.loaded = true;
             return Ok(());
         }
         if new_size > old {

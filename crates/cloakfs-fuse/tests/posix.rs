@@ -604,6 +604,23 @@ fn utimens_sets_omits_and_nows() {
     assert_eq!(fs::metadata(fs.p("f")).unwrap().atime(), -86_400);
 }
 
+/// `touch -m` opens the file and sets only the mtime: opening must not count as a read and
+/// move the access time (the backing file system's relatime would do so on any read).
+#[test]
+fn opening_and_setting_mtime_keeps_atime() {
+    let fs = TestFs::new();
+    fs::write(fs.p("f"), b"some content").unwrap();
+    set_times(&fs.p("f"), ts(1_000_000_000, 0), ts(1_100_000_000, 0), 0);
+    let f = OpenOptions::new().write(true).open(fs.p("f")).unwrap();
+    let times = [ts(0, libc::UTIME_OMIT), ts(1_200_000_000, 0)];
+    // SAFETY: futimens on an open descriptor with a valid two-element array.
+    check(unsafe { libc::futimens(f.as_raw_fd(), times.as_ptr()) }).unwrap();
+    drop(f);
+    let m = fs::metadata(fs.p("f")).unwrap();
+    assert_eq!(m.mtime(), 1_200_000_000);
+    assert_eq!(m.atime(), 1_000_000_000, "atime moved by open");
+}
+
 #[test]
 fn utimens_on_symlink_itself() {
     let fs = TestFs::new();
