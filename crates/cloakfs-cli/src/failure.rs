@@ -14,6 +14,14 @@ pub mod code {
     pub const MOUNT: u8 = 4;
     /// Any other error (I/O, permissions, ...).
     pub const OTHER: u8 = 5;
+    /// fsck found problems it did not repair; export or cat skipped unreadable data; a
+    /// tampered block or name stopped an offline tool.
+    pub const PROBLEMS: u8 = 6;
+    /// fsck --repair repaired every problem it found (the volume is clean now).
+    pub const REPAIRED: u8 = 7;
+    /// The volume is mounted, locked by another cloakfs process, or in the middle of an
+    /// interrupted rekey (finish it with `cloakfs rekey --resume` or `--rollback`).
+    pub const BUSY: u8 = 8;
 }
 
 /// An error with the exit code it should produce. Shown as one line.
@@ -54,7 +62,9 @@ impl From<cloakfs_core::Error> for Failure {
     fn from(e: cloakfs_core::Error) -> Self {
         use cloakfs_core::Error as E;
         let code = match &e {
-            E::WrongSecret => code::WRONG_SECRET,
+            E::WrongSecret | E::NoUsableSlot(_) | E::InvalidSecret(_) => code::WRONG_SECRET,
+            E::Refused(_) => code::USAGE,
+            E::Busy(_) => code::BUSY,
             E::NotAVolume(..)
             | E::ConfigDamaged(_)
             | E::ConfigTampered

@@ -44,6 +44,8 @@ pub struct ParsedOptions {
     pub fsname: Option<String>,
     pub passfile: Option<PathBuf>,
     pub extpass: Option<String>,
+    pub keyfile: Option<PathBuf>,
+    pub identity: Vec<PathBuf>,
     pub threads: Option<usize>,
     pub cache_timeout: Option<f64>,
     pub log_file: Option<PathBuf>,
@@ -76,6 +78,8 @@ pub fn parse(args: &[String]) -> Result<ParsedOptions> {
             "fsname" => p.fsname = Some(need(value)?),
             "passfile" => p.passfile = Some(need(value)?.into()),
             "extpass" => p.extpass = Some(need(value)?),
+            "keyfile" => p.keyfile = Some(need(value)?.into()),
+            "identity" => p.identity.push(need(value)?.into()),
             "log_file" => p.log_file = Some(need(value)?.into()),
             "foreground" => p.foreground = true,
             "threads" => {
@@ -118,6 +122,9 @@ mod tests {
         let p = parse(&["rw,passfile=/etc/k,allow_other,nofail,x-systemd.automount,noexec".into()])
             .unwrap();
         assert_eq!(p.passfile, Some("/etc/k".into()));
+        let q = parse(&["keyfile=/etc/k.key,identity=/a,identity=/b".into()]).unwrap();
+        assert_eq!(q.keyfile, Some("/etc/k.key".into()));
+        assert_eq!(q.identity, vec![PathBuf::from("/a"), PathBuf::from("/b")]);
         assert!(p.allow_other && p.default_permissions);
         assert_eq!(p.kernel, vec!["noexec".to_string()]);
         assert!(!p.read_only);

@@ -1,7 +1,7 @@
-//! Reading the passphrase: a file, an external program, or the terminal (no echo).
-//! Never from a command-line argument, where other users could read it in `ps`.
+//! Reading secrets: passphrases (a file, an external program, or the terminal without echo),
+//! key files, PINs. Never from a command-line argument, where other users could read it in `ps`.
 
-use crate::cli::UnlockArgs;
+use crate::cli::{NewPassArgs, UnlockArgs};
 use crate::failure::{Failure, Result};
 use cloakfs_core::secret::Passphrase;
 use std::io::Read;
@@ -21,9 +21,34 @@ pub enum Confirm {
 
 /// Gets the passphrase from the configured source.
 pub fn read_passphrase(args: &UnlockArgs, prompt: &str, confirm: Confirm) -> Result<Passphrase> {
-    let raw = if let Some(path) = &args.passfile {
+    read_passphrase_from(
+        args.passfile.as_deref(),
+        args.extpass.as_deref(),
+        prompt,
+        confirm,
+    )
+}
+
+/// Gets a new passphrase (asked twice when it comes from the terminal).
+pub fn read_new_passphrase(args: &NewPassArgs, prompt: &str) -> Result<Passphrase> {
+    read_passphrase_from(
+        args.passfile.as_deref(),
+        args.extpass.as_deref(),
+        prompt,
+        Confirm::Twice,
+    )
+}
+
+/// Gets a passphrase from a passfile, an extpass program, or the terminal.
+pub fn read_passphrase_from(
+    passfile: Option<&Path>,
+    extpass: Option<&str>,
+    prompt: &str,
+    confirm: Confirm,
+) -> Result<Passphrase> {
+    let raw = if let Some(path) = passfile {
         from_file(path)?
-    } else if let Some(cmd) = &args.extpass {
+    } else if let Some(cmd) = extpass {
         from_program(cmd)?
     } else {
         from_terminal(prompt, confirm)?
@@ -42,6 +67,56 @@ fn first_line(mut bytes: Zeroizing<Vec<u8>>) -> Zeroizing<Vec<u8>> {
         bytes.pop();
     }
     bytes
+}
+
+/// Reads a whole secret file ("-" for standard input), at most `max` bytes.
+pub fn read_secret_file(path: &Path, what: &str, max: usize) -> Result<Zeroizing<Vec<u8>>> {
+    let mut buf = Zeroizing::new(Vec::new());
+    let limit = max as u64 + 1;
+    let res = if path == Path::new("-") {
+        std::io::stdin().take(limit).read_to_end(&mut buf)
+    } else {
+        std::fs::File::open(path).and_then(|f| f.take(limit).read_to_end(&mut buf))
+    };
+    res.map_err(|e| Failure::other(format!("cannot read {what} {}: {e}", path.display())))?;
+    if buf.len() > max {
+        return Err(Failure::usage(format!(
+            "{what} {} is larger than {max} bytes",
+            path.display()
+        )));
+    }
+    if buf.is_empty() {
+        return Err(Failure::usage(format!(
+            "{what} {} is empty",
+            path.display()
+        )));
+    }
+    Ok(buf)
+}
+
+/// Reads the first line of a small secret file ("-" for standard input), e.g. a PIN.
+pub fn read_first_line(path: &Path, what: &str) -> Result<Zeroizing<Vec<u8>>> {
+    let line = first_line(read_secret_file(path, what, MAX_SECRET as usize)?);
+    if line.is_empty() {
+        return Err(Failure::usage(format!(
+            "{what} {} has an empty first line",
+            path.display()
+        )));
+    }
+    Ok(line)
+}
+
+/// Asks for a secret on the terminal without echo (once).
+pub fn prompt_secret(prompt: &str, what: &str, alternative: &str) -> Result<Zeroizing<String>> {
+    let s = Zeroizing::new(rpassword::prompt_password(prompt).map_err(|e| {
+        Failure::usage(format!(
+            "cannot prompt for the {what} ({e}): use {alternative}"
+        ))
+    })?);
+    if s.is_empty() {
+        return Err(Failure::usage(format!("the {what} is empty")));
+    }
+    Ok(s)
 }
 
 fn from_file(path: &Path) -> Result<Zeroizing<Vec<u8>>> {

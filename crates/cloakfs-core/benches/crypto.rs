@@ -1,1 +1,304 @@
-fn main() {}
+//! Micro-benchmarks of the crypto core: `cargo bench -p cloakfs-core --bench crypto`.
+//!
+//! Groups (throughput is printed in decimal MB/s, names in elem/s = names/s):
+//! - `file_cipher/<suite>/{seal,seal_fixed_nonce,open}_4k`: one 4 KiB block through
+//!   [`FileCipher`], single-threaded (= per core). `seal` draws a fresh random nonce per block
+//!   (what a write does), `seal_fixed_nonce` is the AEAD alone: the difference is the cost of
+//!   the nonce.
+//! - `content_file/<suite>/{write,read}_1MiB_{1core,<N>cores}`: one 1 MiB
+//!   [`ContentFile::write_at`] (whole blocks, no read-modify-write) or `read_at` on a file in
+//!   /dev/shm (tmpfs), i.e. the per-request cost of the core minus the disk, with rayon limited
+//!   to one thread and with the default pool (all cores).
+//! - `names/{encrypt,decrypt}`: [`NameCodec`] on a 21-byte name, in names/s.
+//! - `aes256gcm_impl/{rustcrypto,ring,aws-lc-rs}/{seal,open}_4k`: the raw AEAD on a 4 KiB block
+//!   with a 24-byte AAD (the shape of a cloakfs block), to pick the implementation by measurement.
+//!
+//! The default run is short (2 s per benchmark, 10 samples). For steadier figures:
+//! `cargo bench -p cloakfs-core --bench crypto -- --measurement-time 10 --sample-size 50`.
+//! Filter with a substring, e.g. `cargo bench -p cloakfs-core --bench crypto -- aes256gcm_impl`.
+
+use cloakfs_core::content::{ContentCodec, ContentSuite, FileId};
+use cloakfs_core::file::ContentFile;
+use cloakfs_core::names::{DirId, NameCodec, StoredName};
+use cloakfs_core::secret::SecretBytes;
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Duration;
+
+const BLOCK: usize = 4096;
+const REQUEST: usize = 1 << 20;
+const KEY: [u8; 32] = [0x42; 32];
+const AAD: [u8; 24] = [0x24; 24];
+const NONCE12: [u8; 12] = [0x01; 12];
+
+const SUITES: [(ContentSuite, &str); 2] = [
+    (ContentSuite::Aes256Gcm, "aes-256-gcm"),
+    (ContentSuite::XChaCha20Poly1305, "xchacha20-poly1305"),
+];
+
+fn codec(suite: ContentSuite) -> Arc<ContentCodec> {
+    Arc::new(ContentCodec::new(
+        suite,
+        BLOCK as u64,
+        false,
+        SecretBytes::from_slice(&KEY),
+    ))
+}
+
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 131 + 7) as u8).collect()
+}
+
+/// seal / open of one 4 KiB block with cloakfs's `FileCipher`.
+fn file_cipher(c: &mut Criterion) {
+    let mut g = c.benchmark_group("file_cipher");
+    g.throughput(Throughput::BytesDecimal(BLOCK as u64));
+    for (suite, name) in SUITES {
+        let cipher = codec(suite).file_cipher(FileId([7; 16]));
+        let plain = pattern(BLOCK);
+        let sealed_len = BLOCK + suite.overhead() as usize;
+        let mut sealed = vec![0u8; sealed_len];
+        let nonce = vec![0x5a; suite.nonce_len()];
+
+        g.bench_function(BenchmarkId::new(name, "seal_4k"), |b| {
+            b.iter(|| cipher.seal(black_box(3), black_box(&plain), &mut sealed))
+        });
+        g.bench_function(BenchmarkId::new(name, "seal_fixed_nonce_4k"), |b| {
+            b.iter(|| cipher.seal_with_nonce(black_box(3), &nonce, black_box(&plain), &mut sealed))
+        });
+        cipher.seal(3, &plain, &mut sealed);
+        let mut out = vec![0u8; BLOCK];
+        cipher.open(3, &sealed, &mut out).expect("block opens");
+        assert_eq!(out, plain);
+        g.bench_function(BenchmarkId::new(name, "open_4k"), |b| {
+            b.iter(|| {
+                cipher
+                    .open(black_box(3), black_box(&sealed), &mut out)
+                    .expect("block opens")
+            })
+        });
+    }
+    g.finish();
+}
+
+/// A fresh backing file on tmpfs (falls back to the temp dir where /dev/shm is missing).
+fn shm_file() -> (std::fs::File, tempfile::NamedTempFile) {
+    let t = tempfile::Builder::new()
+        .prefix("cloakfs-bench.")
+        .tempfile_in("/dev/shm")
+        .or_else(|_| tempfile::NamedTempFile::new())
+        .expect("temporary file");
+    let f = t.reopen().expect("reopen temporary file");
+    (f, t)
+}
+
+/// 1 MiB `write_at` / `read_at` through `ContentFile` on tmpfs.
+fn content_file(c: &mut Criterion) {
+    let one = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("rayon pool");
+    let all = rayon::ThreadPoolBuilder::new().build().expect("rayon pool");
+    let cores = all.current_num_threads();
+    let mut g = c.benchmark_group("content_file");
+    g.throughput(Throughput::BytesDecimal(REQUEST as u64));
+    for (suite, name) in SUITES {
+        let (f, _keep) = shm_file();
+        let file = ContentFile::open(codec(suite), f).expect("open backing file");
+        let data = pattern(REQUEST);
+        file.write_at(0, &data).expect("initial write");
+        let mut buf = vec![0u8; REQUEST];
+        assert_eq!(file.read_at(0, &mut buf).expect("read"), REQUEST);
+        assert_eq!(buf, data);
+        for (pool, threads) in [(&one, "1core".to_string()), (&all, format!("{cores}cores"))] {
+            g.bench_function(
+                BenchmarkId::new(name, format!("write_1MiB_{threads}")),
+                |b| b.iter(|| pool.install(|| file.write_at(0, black_box(&data)).expect("write"))),
+            );
+            g.bench_function(
+                BenchmarkId::new(name, format!("read_1MiB_{threads}")),
+                |b| b.iter(|| pool.install(|| file.read_at(0, black_box(&mut buf)).expect("read"))),
+            );
+        }
+    }
+    g.finish();
+}
+
+/// Name encryption and decryption (AES-256-SIV + base64url), in names/s.
+fn names(c: &mut Criterion) {
+    let codec = NameCodec::new(SecretBytes::from_slice(&[0x33; 64]), 255);
+    let dir = DirId([9; 16]);
+    let name = b"report-2026-final.txt";
+    let StoredName::Short(enc) = codec.encrypt(&dir, name).expect("encrypt") else {
+        panic!("a 21-byte name is short")
+    };
+    let mut g = c.benchmark_group("names");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("encrypt", |b| {
+        b.iter(|| {
+            codec
+                .encrypt(black_box(&dir), black_box(name))
+                .expect("encrypt")
+        })
+    });
+    g.bench_function("decrypt", |b| {
+        b.iter(|| {
+            codec
+                .decrypt(black_box(&dir), black_box(&enc))
+                .expect("decrypt")
+        })
+    });
+    g.finish();
+}
+
+/// Raw AES-256-GCM on a 4 KiB block, three implementations. Open includes copying the sealed
+/// block into the work buffer (as `FileCipher::open` does), for all three alike.
+fn aes256gcm_impl(c: &mut Criterion) {
+    let mut g = c.benchmark_group("aes256gcm_impl");
+    g.throughput(Throughput::BytesDecimal(BLOCK as u64));
+    let plain = pattern(BLOCK);
+    let mut reference = plain.clone(); // ciphertext || tag, to cross-check the implementations
+
+    // RustCrypto aes-gcm 0.10 (what cloakfs-core uses now).
+    {
+        use aes_gcm::aead::{AeadInPlace, KeyInit};
+        let key = aes_gcm::Aes256Gcm::new(&KEY.into());
+        let mut buf = plain.clone();
+        g.bench_function("rustcrypto/seal_4k", |b| {
+            b.iter(|| {
+                key.encrypt_in_place_detached(&NONCE12.into(), &AAD, black_box(&mut buf))
+                    .expect("seal")
+            })
+        });
+        let mut sealed = plain.clone();
+        let tag = key
+            .encrypt_in_place_detached(&NONCE12.into(), &AAD, &mut sealed)
+            .expect("seal");
+        let mut work = sealed.clone();
+        key.decrypt_in_place_detached(&NONCE12.into(), &AAD, &mut work, &tag)
+            .expect("open");
+        assert_eq!(work, plain);
+        reference.copy_from_slice(&sealed);
+        reference.extend_from_slice(&tag);
+        g.bench_function("rustcrypto/open_4k", |b| {
+            b.iter(|| {
+                work.copy_from_slice(black_box(&sealed));
+                key.decrypt_in_place_detached(&NONCE12.into(), &AAD, &mut work, &tag)
+                    .expect("open")
+            })
+        });
+    }
+
+    // ring 0.17.
+    {
+        use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
+        let key = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &KEY).expect("key"));
+        let mut buf = plain.clone();
+        g.bench_function("ring/seal_4k", |b| {
+            b.iter(|| {
+                key.seal_in_place_separate_tag(
+                    Nonce::assume_unique_for_key(NONCE12),
+                    Aad::from(AAD),
+                    black_box(&mut buf),
+                )
+                .expect("seal")
+            })
+        });
+        let mut sealed = plain.clone();
+        let tag = key
+            .seal_in_place_separate_tag(
+                Nonce::assume_unique_for_key(NONCE12),
+                Aad::from(AAD),
+                &mut sealed,
+            )
+            .expect("seal");
+        sealed.extend_from_slice(tag.as_ref());
+        assert_eq!(sealed, reference, "same ciphertext and tag as RustCrypto");
+        let mut work = sealed.clone();
+        let opened = key
+            .open_in_place(
+                Nonce::assume_unique_for_key(NONCE12),
+                Aad::from(AAD),
+                &mut work,
+            )
+            .expect("open");
+        assert_eq!(opened, &plain[..]);
+        g.bench_function("ring/open_4k", |b| {
+            b.iter(|| {
+                work.copy_from_slice(black_box(&sealed));
+                key.open_in_place(
+                    Nonce::assume_unique_for_key(NONCE12),
+                    Aad::from(AAD),
+                    &mut work,
+                )
+                .expect("open")
+                .len()
+            })
+        });
+    }
+
+    // aws-lc-rs (AWS-LC, BoringSSL-derived assembly).
+    {
+        use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
+        let key = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &KEY).expect("key"));
+        let mut buf = plain.clone();
+        g.bench_function("aws-lc-rs/seal_4k", |b| {
+            b.iter(|| {
+                key.seal_in_place_separate_tag(
+                    Nonce::assume_unique_for_key(NONCE12),
+                    Aad::from(AAD),
+                    black_box(&mut buf),
+                )
+                .expect("seal")
+            })
+        });
+        let mut sealed = plain.clone();
+        let tag = key
+            .seal_in_place_separate_tag(
+                Nonce::assume_unique_for_key(NONCE12),
+                Aad::from(AAD),
+                &mut sealed,
+            )
+            .expect("seal");
+        sealed.extend_from_slice(tag.as_ref());
+        assert_eq!(sealed, reference, "same ciphertext and tag as RustCrypto");
+        let mut work = sealed.clone();
+        let opened = key
+            .open_in_place(
+                Nonce::assume_unique_for_key(NONCE12),
+                Aad::from(AAD),
+                &mut work,
+            )
+            .expect("open");
+        assert_eq!(opened, &plain[..]);
+        g.bench_function("aws-lc-rs/open_4k", |b| {
+            b.iter(|| {
+                work.copy_from_slice(black_box(&sealed));
+                key.open_in_place(
+                    Nonce::assume_unique_for_key(NONCE12),
+                    Aad::from(AAD),
+                    &mut work,
+                )
+                .expect("open")
+                .len()
+            })
+        });
+    }
+    g.finish();
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(10)
+        .without_plots()
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = file_cipher, content_file, names, aes256gcm_impl
+}
+criterion_main!(benches);

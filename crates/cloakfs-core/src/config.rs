@@ -8,12 +8,10 @@
 use crate::content::ContentSuite;
 use crate::encoding::{b64, unb64_array};
 use crate::error::{Error, Result};
-use crate::kdf::{self, Argon2Params, SALT_LEN};
-use crate::keys::{label, MasterKey, KEY_LEN};
+use crate::kdf::{Argon2Params, SALT_LEN};
+use crate::keys::{label, MasterKey};
 use crate::names::{LONG_NAME_MAX_DEFAULT, LONG_NAME_MAX_MIN};
-use crate::secret::{Passphrase, SecretBytes};
-use aes_gcm::aead::{AeadInPlace, KeyInit};
-use aes_gcm::Aes256Gcm;
+use crate::secret::SecretBytes;
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
@@ -34,6 +32,8 @@ pub const MAC_DOMAIN: &str = "cloakfs config v1\n";
 pub const WRAP_DOMAIN: &str = "cloakfs slot v1\n";
 /// Largest config file this build will read (a damaged config must not exhaust memory).
 pub const CONFIG_MAX_BYTES: u64 = 1 << 20;
+
+pub use crate::slots::{kind, KeySlot, SlotRandomness};
 
 /// A flat map of string fields, the shape of both the volume section and each slot.
 pub type Fields = BTreeMap<String, String>;
@@ -151,13 +151,13 @@ impl Default for VolumeParams {
     }
 }
 
-fn get<'a>(f: &'a Fields, k: &str) -> Result<&'a str> {
+pub(crate) fn get<'a>(f: &'a Fields, k: &str) -> Result<&'a str> {
     f.get(k)
         .map(String::as_str)
         .ok_or_else(|| Error::ConfigDamaged(format!("missing field {k:?}")))
 }
 
-fn parse_num<T: std::str::FromStr>(f: &Fields, k: &str) -> Result<T> {
+pub(crate) fn parse_num<T: std::str::FromStr>(f: &Fields, k: &str) -> Result<T> {
     let v = get(f, k)?;
     if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) || (v.len() > 1 && v.starts_with('0'))
     {
@@ -167,109 +167,9 @@ fn parse_num<T: std::str::FromStr>(f: &Fields, k: &str) -> Result<T> {
         .map_err(|_| Error::ConfigDamaged(format!("field {k:?} is out of range")))
 }
 
-fn parse_b64<const N: usize>(f: &Fields, k: &str) -> Result<[u8; N]> {
+pub(crate) fn parse_b64<const N: usize>(f: &Fields, k: &str) -> Result<[u8; N]> {
     unb64_array(get(f, k)?)
         .ok_or_else(|| Error::ConfigDamaged(format!("field {k:?} is not {N} base64url bytes")))
-}
-
-/// One key slot: the master key wrapped under a key that one kind of secret produces.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeySlot {
-    fields: Fields,
-}
-
-/// Slot kind names.
-pub mod kind {
-    /// Argon2id over a passphrase.
-    pub const PASSPHRASE: &str = "passphrase";
-}
-
-impl KeySlot {
-    /// The slot's numeric ID (unique within the volume).
-    pub fn id(&self) -> u32 {
-        self.fields
-            .get("id")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    }
-
-    /// The slot's kind (`passphrase`, ...).
-    pub fn kind(&self) -> &str {
-        self.fields.get("kind").map(String::as_str).unwrap_or("")
-    }
-
-    /// The user's label for the slot (may be empty).
-    pub fn label(&self) -> &str {
-        self.fields.get("label").map(String::as_str).unwrap_or("")
-    }
-
-    /// All fields, for display of non-secret parts and for future slot kinds.
-    pub fn fields(&self) -> &Fields {
-        &self.fields
-    }
-
-    /// The Argon2id parameters of a passphrase slot.
-    pub fn argon2(&self) -> Result<Argon2Params> {
-        let kdf = get(&self.fields, "kdf")?;
-        if kdf != "argon2id" {
-            return Err(Error::ConfigDamaged(format!(
-                "unknown kdf {kdf:?} in slot {}",
-                self.id()
-            )));
-        }
-        let p = Argon2Params {
-            memory_kib: parse_num(&self.fields, "argon2_memory_kib")?,
-            iterations: parse_num(&self.fields, "argon2_iterations")?,
-            lanes: parse_num(&self.fields, "argon2_lanes")?,
-        };
-        p.validate()?;
-        Ok(p)
-    }
-
-    /// Additional data of the key wrap: every field but `wrapped`, bound to the volume.
-    fn wrap_aad(&self, volume_id: &[u8; 16]) -> Vec<u8> {
-        let mut s = String::from(WRAP_DOMAIN);
-        s.push_str(&format!("volume_id={}\n", b64(volume_id)));
-        for (k, v) in self.fields.iter().filter(|(k, _)| *k != "wrapped") {
-            s.push_str(&format!("{k}={v}\n"));
-        }
-        s.into_bytes()
-    }
-
-    /// Wraps `mk` under `kek` into this slot's `wrapped` field: nonce(12) || ct(32) || tag(16).
-    fn wrap(
-        &mut self,
-        volume_id: &[u8; 16],
-        kek: &SecretBytes<32>,
-        mk: &MasterKey,
-        nonce: [u8; 12],
-    ) {
-        let aad = self.wrap_aad(volume_id);
-        let mut buf = SecretBytes::<KEY_LEN>::from_slice(mk.expose());
-        let tag = Aes256Gcm::new(kek.expose().into())
-            .encrypt_in_place_detached(&nonce.into(), &aad, buf.expose_mut())
-            .expect("32-byte wrap");
-        let mut out = nonce.to_vec();
-        out.extend_from_slice(buf.expose());
-        out.extend_from_slice(&tag);
-        self.fields.insert("wrapped".into(), b64(&out));
-    }
-
-    /// Unwraps the master key with `kek`; `None` if this slot does not accept it.
-    fn unwrap(&self, volume_id: &[u8; 16], kek: &SecretBytes<32>) -> Option<MasterKey> {
-        let wrapped: [u8; 60] = unb64_array(self.fields.get("wrapped")?)?;
-        let aad = self.wrap_aad(volume_id);
-        let mut mk = SecretBytes::<KEY_LEN>::from_slice(wrapped[12..44].try_into().ok()?);
-        Aes256Gcm::new(kek.expose().into())
-            .decrypt_in_place_detached(
-                wrapped[..12].into(),
-                &aad,
-                mk.expose_mut(),
-                wrapped[44..].into(),
-            )
-            .ok()?;
-        Some(MasterKey::from_bytes(mk.expose()))
-    }
 }
 
 /// The parsed volume config.
@@ -277,8 +177,65 @@ impl KeySlot {
 pub struct VolumeConfig {
     /// Volume parameters.
     pub params: VolumeParams,
-    slots: Vec<KeySlot>,
-    mac: Option<[u8; 32]>,
+    pub(crate) key_source: KeySource,
+    pub(crate) slots: Vec<KeySlot>,
+    pub(crate) mac: Option<[u8; 32]>,
+}
+
+/// Where the master key comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySource {
+    /// A random master key, stored only wrapped by key slots (the default; no volume field).
+    Slots,
+    /// No stored key (volume field `key_source = passphrase`, Cryptfs/CFS style): the master
+    /// key is Argon2id(passphrase, salt) with the parameters stored in the volume section.
+    Passphrase {
+        /// Argon2id cost.
+        kdf: Argon2Params,
+        /// Argon2id salt.
+        salt: [u8; SALT_LEN],
+    },
+}
+
+/// Volume fields that describe a [`KeySource::Passphrase`] volume.
+const KEY_SOURCE_FIELDS: [&str; 6] = [
+    "key_source",
+    "kdf",
+    "argon2_memory_kib",
+    "argon2_iterations",
+    "argon2_lanes",
+    "salt",
+];
+
+impl KeySource {
+    fn to_fields(&self, f: &mut Fields) {
+        if let KeySource::Passphrase { kdf, salt } = self {
+            f.insert("key_source".into(), "passphrase".into());
+            f.extend(crate::slots::passphrase::fields(kdf, salt));
+        }
+    }
+
+    /// Takes the key-source fields out of the volume section.
+    fn take_from(f: &mut Fields) -> Result<Self> {
+        let mut own = Fields::new();
+        for k in KEY_SOURCE_FIELDS {
+            if let Some(v) = f.remove(k) {
+                own.insert(k.into(), v);
+            }
+        }
+        if own.is_empty() {
+            return Ok(KeySource::Slots);
+        }
+        match get(&own, "key_source")? {
+            "passphrase" => Ok(KeySource::Passphrase {
+                kdf: crate::slots::passphrase::params(&own)?,
+                salt: parse_b64(&own, "salt")?,
+            }),
+            other => Err(Error::ConfigDamaged(format!(
+                "unknown key_source {other:?} (made by a newer cloakfs?)"
+            ))),
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -290,111 +247,59 @@ struct ConfigFile {
     mac: String,
 }
 
-/// Randomness injected into slot creation, so test vectors can be reproduced.
-#[derive(Debug, Clone, Copy)]
-pub struct SlotRandomness {
-    /// Argon2id salt.
-    pub salt: [u8; SALT_LEN],
-    /// Key-wrap nonce.
-    pub nonce: [u8; 12],
-}
-
-impl SlotRandomness {
-    /// Fresh randomness from the OS.
-    pub fn fresh() -> Self {
-        Self {
-            salt: crate::random::array(),
-            nonce: crate::random::array(),
-        }
-    }
-}
-
 impl VolumeConfig {
-    /// A config with no slots yet.
+    /// A config with no slots yet (the master key will be stored wrapped by slots).
     pub fn new(params: VolumeParams) -> Self {
         Self {
             params,
+            key_source: KeySource::Slots,
             slots: Vec::new(),
             mac: None,
         }
     }
 
-    /// The key slots.
-    pub fn slots(&self) -> &[KeySlot] {
-        &self.slots
+    /// A config of a volume with no stored key: the master key is Argon2id(passphrase) with
+    /// these parameters. Returns the config (sealed) and the master key.
+    pub fn new_no_stored_key(
+        params: VolumeParams,
+        pass: &crate::secret::Passphrase,
+        kdf: Argon2Params,
+        salt: [u8; SALT_LEN],
+    ) -> Result<(Self, MasterKey)> {
+        let mk = MasterKey::from_bytes(crate::kdf::derive(pass, &salt, &kdf)?.expose());
+        let mut c = Self {
+            params,
+            key_source: KeySource::Passphrase { kdf, salt },
+            slots: Vec::new(),
+            mac: None,
+        };
+        c.seal(&mk);
+        Ok((c, mk))
     }
 
-    fn next_slot_id(&self) -> u32 {
-        self.slots
-            .iter()
-            .map(KeySlot::id)
-            .max()
-            .map_or(1, |m| m + 1)
+    /// Where the master key comes from.
+    pub fn key_source(&self) -> &KeySource {
+        &self.key_source
     }
 
-    /// Adds a passphrase slot wrapping `mk`; returns its ID. Call [`VolumeConfig::seal`] after.
-    pub fn add_passphrase_slot(
-        &mut self,
-        mk: &MasterKey,
-        pass: &Passphrase,
-        params: Argon2Params,
-        label: &str,
-        rnd: SlotRandomness,
-    ) -> Result<u32> {
-        if label.contains(['\n', '\0']) {
-            return Err(Error::ConfigDamaged(
-                "slot label may not contain newlines".into(),
-            ));
-        }
-        let id = self.next_slot_id();
-        let mut fields = Fields::new();
-        fields.insert("id".into(), id.to_string());
-        fields.insert("kind".into(), kind::PASSPHRASE.into());
-        fields.insert("label".into(), label.into());
-        fields.insert("kdf".into(), "argon2id".into());
-        fields.insert("argon2_memory_kib".into(), params.memory_kib.to_string());
-        fields.insert("argon2_iterations".into(), params.iterations.to_string());
-        fields.insert("argon2_lanes".into(), params.lanes.to_string());
-        fields.insert("salt".into(), b64(&rnd.salt));
-        let mut slot = KeySlot { fields };
-        let kek = kdf::derive(pass, &rnd.salt, &params)?;
-        slot.wrap(&self.params.volume_id, &kek, mk, rnd.nonce);
-        self.slots.push(slot);
-        self.mac = None;
-        Ok(id)
+    /// Whether the master key is stored (wrapped by slots), as opposed to derived from the
+    /// passphrase alone.
+    pub fn has_stored_key(&self) -> bool {
+        self.key_source == KeySource::Slots
     }
 
-    /// Removes slot `id`. Call [`VolumeConfig::seal`] after.
-    pub fn remove_slot(&mut self, id: u32) -> Result<()> {
-        let before = self.slots.len();
-        self.slots.retain(|s| s.id() != id);
-        if self.slots.len() == before {
-            return Err(Error::ConfigDamaged(format!("no key slot {id}")));
-        }
-        self.mac = None;
-        Ok(())
-    }
-
-    /// Tries every passphrase slot; on success verifies the config MAC and returns the master
-    /// key and the ID of the slot that opened.
-    pub fn unlock_passphrase(&self, pass: &Passphrase) -> Result<(MasterKey, u32)> {
-        for slot in self.slots.iter().filter(|s| s.kind() == kind::PASSPHRASE) {
-            let params = slot.argon2()?;
-            let salt: [u8; SALT_LEN] = parse_b64(&slot.fields, "salt")?;
-            let kek = kdf::derive(pass, &salt, &params)?;
-            if let Some(mk) = slot.unwrap(&self.params.volume_id, &kek) {
-                self.verify(&mk)?;
-                return Ok((mk, slot.id()));
-            }
-        }
-        Err(Error::WrongSecret)
+    /// The volume section as stored: parameters and key source.
+    pub fn volume_fields(&self) -> Fields {
+        let mut f = self.params.to_fields();
+        self.key_source.to_fields(&mut f);
+        f
     }
 
     /// The text the MAC covers: `MAC_DOMAIN`, then `volume.K=V` lines sorted by K, then for the
     /// i-th slot `slot.i.K=V` lines sorted by K.
     pub fn canonical(&self) -> String {
         let mut s = String::from(MAC_DOMAIN);
-        for (k, v) in self.params.to_fields() {
+        for (k, v) in self.volume_fields() {
             s.push_str(&format!("volume.{k}={v}\n"));
         }
         for (i, slot) in self.slots.iter().enumerate() {
@@ -432,7 +337,7 @@ impl VolumeConfig {
     pub fn to_json(&self) -> String {
         let file = ConfigFile {
             cloakfs: CONFIG_VERSION,
-            volume: self.params.to_fields(),
+            volume: self.volume_fields(),
             slots: self.slots.iter().map(|s| s.fields.clone()).collect(),
             mac: b64(&self
                 .mac
@@ -464,7 +369,9 @@ impl VolumeConfig {
         for f in std::iter::once(&file.volume).chain(file.slots.iter()) {
             check_fields(f)?;
         }
-        let params = VolumeParams::from_fields(&file.volume)?;
+        let mut volume = file.volume;
+        let key_source = KeySource::take_from(&mut volume)?;
+        let params = VolumeParams::from_fields(&volume)?;
         let mut slots = Vec::new();
         for f in file.slots {
             let slot = KeySlot { fields: f };
@@ -478,10 +385,16 @@ impl VolumeConfig {
             }
             slots.push(slot);
         }
+        if key_source != KeySource::Slots && !slots.is_empty() {
+            return Err(Error::ConfigDamaged(
+                "a volume without a stored key cannot have key slots".into(),
+            ));
+        }
         let mac = unb64_array(&file.mac)
             .ok_or_else(|| Error::ConfigDamaged("mac is not 32 base64url bytes".into()))?;
         Ok(Self {
             params,
+            key_source,
             slots,
             mac: Some(mac),
         })
@@ -511,6 +424,14 @@ impl VolumeConfig {
     /// Writes the config atomically: temporary file, fsync, rename over, fsync directory. A
     /// crash at any point leaves either the old or the new config.
     pub fn save(&self, path: &Path) -> Result<()> {
+        self.save_observed(path, &mut |_| {})
+    }
+
+    /// [`VolumeConfig::save`], calling `observe` after each step (`"created"`, `"written"`,
+    /// `"synced"`, `"renamed"`, `"dir-synced"`), so tests can capture what a crash at that
+    /// moment would leave on disk.
+    #[doc(hidden)]
+    pub fn save_observed(&self, path: &Path, observe: &mut dyn FnMut(&str)) -> Result<()> {
         let file = config_path(path);
         let dir = file.parent().unwrap_or(Path::new("."));
         let tmp = dir.join(format!(
@@ -520,15 +441,26 @@ impl VolumeConfig {
                 .unwrap_or(CONFIG_FILE),
             std::process::id()
         ));
+        let json = self.to_json();
         let result = (|| -> Result<()> {
+            // A leftover of a crashed process that had our PID: no live process can own it.
+            match fs::remove_file(&tmp) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+                _ => {}
+            }
             let mut f = fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
                 .open(&tmp)?;
-            f.write_all(self.to_json().as_bytes())?;
+            observe("created");
+            f.write_all(json.as_bytes())?;
+            observe("written");
             f.sync_all()?;
+            observe("synced");
             fs::rename(&tmp, &file)?;
+            observe("renamed");
             fs::File::open(dir)?.sync_all()?;
+            observe("dir-synced");
             Ok(())
         })();
         if result.is_err() {
@@ -562,6 +494,7 @@ fn check_fields(f: &Fields) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::secret::Passphrase;
 
     fn cheap() -> Argon2Params {
         Argon2Params {

@@ -36,6 +36,20 @@ pub enum Error {
     /// A plaintext name or target is longer than the format can store.
     #[error("name or symlink target too long")]
     NameTooLong,
+    /// The secrets given match no key slot of this volume (e.g. a key file for a volume that
+    /// has only passphrase slots).
+    #[error("{0}")]
+    NoUsableSlot(String),
+    /// A secret given by the user is malformed (a recovery key with a typo, a damaged share).
+    #[error("{0}")]
+    InvalidSecret(String),
+    /// The operation is not possible on this volume or with these arguments.
+    #[error("{0}")]
+    Refused(String),
+    /// The volume is in use: mounted, locked by another cloakfs process, or in the middle of
+    /// an interrupted rekey.
+    #[error("{0}")]
+    Busy(String),
     /// An operating-system error.
     #[error("{0}")]
     Io(#[from] io::Error),

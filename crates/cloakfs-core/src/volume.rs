@@ -18,6 +18,8 @@ pub struct Volume {
     content: Arc<ContentCodec>,
     names: NameCodec,
     meta: MetaCodec,
+    master_key: MasterKey,
+    unlocked_slot: Option<(u32, crate::slots::Kek)>,
 }
 
 impl Volume {
@@ -42,6 +44,8 @@ impl Volume {
             content,
             names,
             meta,
+            master_key: mk.clone(),
+            unlocked_slot: None,
         })
     }
 
@@ -61,11 +65,49 @@ impl Volume {
         Self::from_master_key(config, &mk)
     }
 
+    /// Creates a volume with no stored key (Cryptfs/CFS style): the master key is
+    /// Argon2id(passphrase, random salt). No slot can be added and the passphrase cannot be
+    /// changed without re-encrypting everything; a weak passphrase is the whole key.
+    pub fn create_no_stored_key(
+        cipherdir: &Path,
+        params: VolumeParams,
+        pass: &Passphrase,
+        kdf: Argon2Params,
+    ) -> Result<Self> {
+        kdf.validate()?;
+        check_empty_dir(cipherdir)?;
+        let (config, mk) =
+            VolumeConfig::new_no_stored_key(params, pass, kdf, crate::random::array())?;
+        config.save(cipherdir)?;
+        Self::from_master_key(config, &mk)
+    }
+
     /// Unlocks the volume at `cipherdir` with a passphrase.
     pub fn unlock(cipherdir: &Path, pass: &Passphrase) -> Result<Self> {
         let config = VolumeConfig::load(cipherdir)?;
-        let (mk, _slot) = config.unlock_passphrase(pass)?;
-        Self::from_master_key(config, &mk)
+        let u = config.unlock_passphrase_full(pass)?;
+        let v = Self::from_master_key(config, &u.master_key)?;
+        Ok(match u.kek {
+            Some(kek) => v.with_unlocked_slot(u.slot_id, kek),
+            None => v,
+        })
+    }
+
+    /// Records which slot opened the volume and that slot's KEK, so `rekey` can re-wrap the
+    /// slot around a new master key. Every unlock path through a slot should call this.
+    pub fn with_unlocked_slot(mut self, slot_id: u32, kek: crate::slots::Kek) -> Self {
+        self.unlocked_slot = Some((slot_id, kek));
+        self
+    }
+
+    /// The slot that opened the volume and its KEK, if recorded.
+    pub fn unlocked_slot(&self) -> Option<(u32, &crate::slots::Kek)> {
+        self.unlocked_slot.as_ref().map(|(id, k)| (*id, k))
+    }
+
+    /// The master key (for rekey and slot changes; never to be logged or stored unwrapped).
+    pub fn master_key(&self) -> &MasterKey {
+        &self.master_key
     }
 
     /// The verified config.

@@ -73,6 +73,18 @@ fn salt() -> [u8; 32] {
 fn wrap_nonce() -> [u8; 12] {
     seq(0x50)
 }
+/// Key file of the keyfile-slot vector: 64 bytes counting up from 0x40.
+fn key_file() -> [u8; 64] {
+    seq(0x40)
+}
+/// Recovery key of the recovery-slot vector.
+fn recovery_key() -> [u8; 32] {
+    seq(0x80)
+}
+/// y coordinates of the share-encoding vector.
+fn share_y() -> [u8; 32] {
+    seq(0xe0)
+}
 const PASSPHRASE: &[u8] = b"correct horse battery staple";
 const SLOT_LABEL: &str = "test";
 const ARGON2: Argon2Params = Argon2Params {
@@ -154,6 +166,11 @@ const EXPECTED: &[(&str, &str)] = &[
     ("symlink", "kJGSk5SVlpeYmZqbGy3JtWV6d0TDyyYpZrHb5T15ZbGtRh4b9RHCvTI"),
     ("xattr.name", "user.ktqbu3OlLXEsrBpiOowSBHmufY0UbTE"),
     ("xattr.value", "b0b1b2b3b4b5b6b7b8b9babba1702c8a45ef391ff135881d5daf5c66934d06867ff71665beb0bd0fca43837b0428f7"),
+    ("keyfile.kek", "465f23e533674c05b41be6e6e23a2c9547ad9efdf9a6972dce3948b8d512055e"),
+    ("recovery.bytes", "808182838485868788898a8b8c8d8e8f909192939495969798999a9b9c9d9e9fd267e1"),
+    ("recovery.text", "G20R-50W4-GP38-F249-HA5R-S3CE-HY89-34MK-JJAS-D5WR-K6D9-Q74X-KTFX-4SZ1"),
+    ("recovery.kek", "a48c67baf8ec350e31623067c4bc8020f9b3043aa9395b8421aa8ab4c03290c9"),
+    ("share.text", "cloakfs-share:AaChoqOkpaanqKmqq6ytrq8AAAADAgMB4OHi4-Tl5ufo6err7O3u7_Dx8vP09fb3-Pn6-_z9_v-JyRKU"),
 ];
 
 const EXPECTED_CANONICAL: &str = r#"cloakfs config v1
@@ -290,6 +307,9 @@ fn inputs_are_documented() {
         hex(&xattr_nonce()),
         hex(&salt()),
         hex(&wrap_nonce()),
+        hex(&key_file()),
+        hex(&recovery_key()),
+        hex(&share_y()),
         String::from_utf8(PASSPHRASE.to_vec()).unwrap(),
     ];
     for i in inputs {
@@ -516,6 +536,69 @@ fn kdf_and_config_vectors() {
     let doc = format_md();
     assert!(doc.contains(&canonical), "canonical text not in FORMAT.md");
     assert!(doc.contains(&json), "config JSON not in FORMAT.md");
+}
+
+#[test]
+fn slot_kind_vectors() {
+    use cloakfs_core::slots::{keyfile, recovery, shamir};
+    // keyfile: HKDF-SHA256(ikm = key file, salt = slot salt, info = "cloakfs v1 slot keyfile").
+    let kf = keyfile::derive(&key_file(), &salt());
+    assert_eq!(
+        hkdf(&key_file(), Some(&salt()), b"cloakfs v1 slot keyfile", 32),
+        kf.expose()
+    );
+    // recovery: HKDF-SHA256(ikm = recovery key, salt, info = "cloakfs v1 slot recovery").
+    let rk = recovery::RecoveryKey::from_bytes(&recovery_key());
+    let rkek = recovery::derive(&rk, &salt());
+    assert_eq!(
+        hkdf(
+            &recovery_key(),
+            Some(&salt()),
+            b"cloakfs v1 slot recovery",
+            32
+        ),
+        rkek.expose()
+    );
+    let text = rk.encode().to_string();
+    assert_eq!(
+        recovery::RecoveryKey::parse(&text.to_lowercase())
+            .unwrap()
+            .expose(),
+        &recovery_key()
+    );
+    // The checksum, independently: SHA-256("cloakfs recovery key v1" || key)[..3].
+    let digest = Sha256::digest([b"cloakfs recovery key v1".as_slice(), &recovery_key()].concat());
+    let recovery_bytes = [recovery_key().as_slice(), &digest[..3]].concat();
+    // Share encoding: volume ID of the inputs, slot 3, 2 of 3, share index 1.
+    let share = shamir::Share::from_parts(volume_id(), 3, 2, 3, 1, &share_y());
+    let share_text = share.encode().to_string();
+    let raw = cloakfs_core::encoding::unb64(
+        share_text
+            .strip_prefix("cloakfs-share:")
+            .unwrap()
+            .as_bytes(),
+    )
+    .unwrap();
+    let mut body = vec![1u8];
+    body.extend_from_slice(&volume_id());
+    body.extend_from_slice(&3u32.to_be_bytes());
+    body.extend_from_slice(&[2, 3, 1]);
+    body.extend_from_slice(&share_y());
+    let digest = Sha256::digest([b"cloakfs share v1".as_slice(), &body].concat());
+    body.extend_from_slice(&digest[..4]);
+    assert_eq!(raw, body);
+    let back = shamir::Share::parse(&share.file_text()).unwrap();
+    assert_eq!(
+        (back.volume_id, back.slot_id, back.index),
+        (volume_id(), 3, 1)
+    );
+    check(&[
+        ("keyfile.kek", hex(kf.expose())),
+        ("recovery.bytes", hex(&recovery_bytes)),
+        ("recovery.text", text),
+        ("recovery.kek", hex(rkek.expose())),
+        ("share.text", share_text),
+    ]);
 }
 
 // ---------------------------------------------------------------------------------------------

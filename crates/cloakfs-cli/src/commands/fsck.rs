@@ -1,13 +1,207 @@
-//! `cloakfs fsck` (not implemented yet).
+//! `cloakfs fsck`: check every config field, directory ID, name, long-name file, header, block
+//! tag, symlink target and xattr of a volume, without mounting; `--repair` fixes what is safely
+//! fixable. The checking itself is `cloakfs_core::fsck`.
 
-use crate::failure::{Failure, Result};
+use crate::cli::UnlockArgs;
+use crate::failure::{code, Failure, Result};
+use cloakfs_core::fsck::{self, Options, Report};
+use cloakfs_core::rekey;
+use cloakfs_core::walk::Progress;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 #[derive(Debug, clap::Args)]
 pub struct FsckArgs {
-    /// The volume.
-    pub cipherdir: std::path::PathBuf,
+    #[command(flatten)]
+    pub unlock: UnlockArgs,
+    /// Print the report as JSON on standard output (counts and an array of problems).
+    #[arg(long)]
+    pub json: bool,
+    /// Fix what is safely fixable: orphaned long-name sidecars, stray temporary files, a
+    /// missing directory ID of an empty directory. Never touches user data.
+    #[arg(long)]
+    pub repair: bool,
+    /// The volume's cipher directory.
+    pub cipherdir: PathBuf,
 }
 
-pub fn run(_args: FsckArgs) -> Result<()> {
-    Err(Failure::other("cloakfs fsck is not implemented yet"))
+pub fn run(args: FsckArgs) -> Result<()> {
+    let cipherdir = &args.cipherdir;
+    rekey::check_not_rekeying(cipherdir)?;
+    let _lock = if args.repair {
+        rekey::check_not_mounted(cipherdir)?;
+        Some(rekey::lock_volume(cipherdir)?)
+    } else {
+        if let Ok(Some(m)) = rekey::mounted_at(cipherdir) {
+            eprintln!(
+                "cloakfs: note: the volume is mounted on {}; writes in progress may show as problems",
+                m.display()
+            );
+        }
+        None
+    };
+    let volume = crate::unlock::unlock(&args.unlock, cipherdir)?;
+    let bar = Bar::new("checking");
+    let report = fsck::check(
+        &volume,
+        cipherdir,
+        Options {
+            repair: args.repair,
+        },
+        &bar,
+    )?;
+    bar.finish();
+    if args.json {
+        let json = serde_json::to_string_pretty(&report)
+            .map_err(|e| Failure::other(format!("cannot write the report: {e}")))?;
+        println!("{json}");
+    } else {
+        print_text(&report, args.repair);
+    }
+    let c = &report.counts;
+    let left = report.unrepaired();
+    if report.clean {
+        Ok(())
+    } else if left == 0 {
+        Err(Failure::new(
+            code::REPAIRED,
+            format!(
+                "repaired all {} problems; the volume is clean now",
+                c.problems
+            ),
+        ))
+    } else {
+        let fixable = report
+            .problems
+            .iter()
+            .filter(|p| p.repairable && !p.repaired)
+            .count();
+        let hint = if fixable > 0 && !args.repair {
+            format!(" ({fixable} repairable with --repair)")
+        } else {
+            String::new()
+        };
+        Err(Failure::new(
+            code::PROBLEMS,
+            format!("{left} problems found{hint}"),
+        ))
+    }
+}
+
+fn print_text(report: &Report, repair: bool) {
+    for p in &report.problems {
+        let state = if p.repaired {
+            " [repaired]"
+        } else if p.repairable && !repair {
+            " [repairable with --repair]"
+        } else if p.repairable {
+            " [not repaired]"
+        } else {
+            ""
+        };
+        let kind = serde_json::to_value(p.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        println!("{}: {kind}: {}{state}", p.location(), p.detail);
+        println!("    backing: {}", p.backing.display());
+    }
+    let c = &report.counts;
+    println!(
+        "checked {} directories, {} files ({} bytes in {} blocks), {} symlinks, {} other, \
+         {} xattrs, config with {} key slots: {}",
+        c.directories,
+        c.files,
+        c.plain_bytes,
+        c.blocks,
+        c.symlinks,
+        c.other,
+        c.xattrs,
+        c.slots,
+        if report.clean {
+            "no problems".to_string()
+        } else {
+            format!("{} problems, {} repaired", c.problems, c.repaired)
+        }
+    );
+}
+
+/// Set by SIGINT/SIGTERM while a long offline operation runs (see [`Bar::catch_signals`]).
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    if STOP.swap(true, Ordering::SeqCst) {
+        // Second signal: stop now. Every step is atomic, so this is safe too.
+        // SAFETY: _exit is async-signal-safe.
+        unsafe { libc::_exit(130) };
+    }
+}
+
+/// A progress bar on standard error (only when it is a terminal), shared by fsck, export and
+/// rekey; it also carries the "stop requested" flag.
+pub struct Bar(Option<indicatif::ProgressBar>);
+
+impl Bar {
+    pub fn new(what: &str) -> Self {
+        if !std::io::stderr().is_terminal() {
+            return Self(None);
+        }
+        let pb = indicatif::ProgressBar::new(0);
+        pb.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{msg} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
+            )
+            .map(|s| s.progress_chars("=> "))
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        pb.set_message(what.to_string());
+        Self(Some(pb))
+    }
+
+    /// From now on SIGINT and SIGTERM only ask the operation to stop between two atomic steps
+    /// (a second signal ends the process at once).
+    pub fn catch_signals(&self) {
+        let h: extern "C" fn(libc::c_int) = on_signal;
+        // SAFETY: the handler only touches an atomic and calls _exit, both async-signal-safe.
+        unsafe {
+            libc::signal(libc::SIGINT, h as libc::sighandler_t);
+            libc::signal(libc::SIGTERM, h as libc::sighandler_t);
+        }
+    }
+
+    pub fn stopped(&self) -> bool {
+        STOP.load(Ordering::SeqCst)
+    }
+
+    pub fn finish(&self) {
+        if let Some(pb) = &self.0 {
+            pb.finish_and_clear();
+        }
+    }
+}
+
+impl Progress for Bar {
+    fn start(&self, bytes: u64, _entries: u64) {
+        if let Some(pb) = &self.0 {
+            pb.set_length(bytes.max(1));
+            pb.set_position(0);
+        }
+    }
+
+    fn advance(&self, bytes: u64, _entries: u64) {
+        if let Some(pb) = &self.0 {
+            pb.inc(bytes);
+        }
+    }
+
+    fn phase(&self, what: &str) {
+        if let Some(pb) = &self.0 {
+            pb.set_message(what.to_string());
+        }
+    }
+
+    fn cancelled(&self) -> bool {
+        self.stopped()
+    }
 }

@@ -20,19 +20,12 @@ pub fn run(args: InfoArgs) -> Result<()> {
         if p.strict_holes { "strict" } else { "sparse" }
     );
     println!("long name max:   {}", p.long_name_max);
+    if let Some(k) = crate::commands::slots::describe_key_source(&c) {
+        println!("key source:      {k}");
+    }
     println!("key slots:       {}", c.slots().len());
     for s in c.slots() {
-        let mut line = format!("  slot {}: {}", s.id(), s.kind());
-        if let Ok(a) = s.argon2() {
-            line.push_str(&format!(
-                " (argon2id m={} KiB t={} p={})",
-                a.memory_kib, a.iterations, a.lanes
-            ));
-        }
-        if !s.label().is_empty() {
-            line.push_str(&format!(" label {:?}", s.label()));
-        }
-        println!("{line}");
+        println!("  {}", crate::commands::slots::describe(s));
     }
     Ok(())
 }

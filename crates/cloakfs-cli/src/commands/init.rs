@@ -2,7 +2,7 @@
 
 use crate::cli::InitArgs;
 use crate::failure::{Failure, Result};
-use crate::secret_input::{read_passphrase, Confirm};
+use crate::secret_input::read_new_passphrase;
 use cloakfs_core::config::VolumeParams;
 use cloakfs_core::content::ContentSuite;
 use cloakfs_core::kdf::{Argon2Params, DEFAULT_MEMORY_KIB};
@@ -22,7 +22,7 @@ pub fn run(args: InitArgs) -> Result<()> {
     params.long_name_max = args.long_name_max;
     // Refuse before asking for a passphrase.
     precheck(&args.cipherdir)?;
-    let pass = read_passphrase(&args.secret, "New passphrase: ", Confirm::Twice)?;
+    let pass = read_new_passphrase(&args.secret, "New passphrase: ")?;
     let kdf = match (args.kdf_memory, args.kdf_iterations) {
         (None, None) => Argon2Params::calibrate(Duration::from_millis(args.kdf_time)),
         (m, t) => Argon2Params {
@@ -33,7 +33,11 @@ pub fn run(args: InitArgs) -> Result<()> {
     };
     kdf.validate()
         .map_err(|e| Failure::usage(format!("KDF parameters: {e}")))?;
-    Volume::create(&args.cipherdir, params.clone(), &pass, kdf)?;
+    if args.no_stored_key {
+        Volume::create_no_stored_key(&args.cipherdir, params.clone(), &pass, kdf)?;
+    } else {
+        Volume::create(&args.cipherdir, params.clone(), &pass, kdf)?;
+    }
     println!(
         "Created cloakfs volume in {} ({}, {} KiB blocks, Argon2id m={} MiB t={}).",
         args.cipherdir.display(),
@@ -42,6 +46,13 @@ pub fn run(args: InitArgs) -> Result<()> {
         kdf.memory_kib / 1024,
         kdf.iterations
     );
+    if args.no_stored_key {
+        println!(
+            "No stored key: the master key is derived from this passphrase alone. It cannot be \
+             changed (cloakfs passwd) and no other key slot can be added; a weak passphrase is \
+             the whole key."
+        );
+    }
     println!(
         "Mount it with: cloakfs mount {} MOUNTPOINT",
         args.cipherdir.display()

@@ -29,10 +29,11 @@ pub fn run(args: MountArgs) -> Result<()> {
     }
     check_fuse_available()?;
 
-    let unlock = UnlockArgs {
-        passfile: args.unlock.passfile.clone().or(o.passfile.clone()),
-        extpass: args.unlock.extpass.clone().or(o.extpass.clone()),
-    };
+    let mut unlock: UnlockArgs = args.unlock.clone();
+    unlock.passfile = unlock.passfile.or(o.passfile.clone());
+    unlock.extpass = unlock.extpass.or(o.extpass.clone());
+    unlock.keyfile = unlock.keyfile.or(o.keyfile.clone());
+    unlock.identity.extend(o.identity.iter().cloned());
     let volume = crate::unlock::unlock(&unlock, &cipherdir)?;
     cloakfs_core::secret::harden_process();
 

@@ -1,13 +1,55 @@
-//! `cloakfs name` (not implemented yet).
+//! `cloakfs name`: translate names between the plaintext view and the cipher directory without
+//! mounting (CFS `cname`), long names included.
 
+use crate::cli::UnlockArgs;
 use crate::failure::{Failure, Result};
+use cloakfs_core::names::{sidecar_name, LONG_PREFIX};
+use cloakfs_core::{rekey, translate};
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
 pub struct NameArgs {
-    /// The volume.
-    pub cipherdir: std::path::PathBuf,
+    #[command(flatten)]
+    pub unlock: UnlockArgs,
+    /// Translate a backing path (absolute, or relative to CIPHERDIR) to its plaintext path.
+    #[arg(short, long)]
+    pub decrypt: bool,
+    /// The volume's cipher directory.
+    pub cipherdir: PathBuf,
+    /// A plaintext path inside the volume (default), or a backing path (--decrypt).
+    pub path: PathBuf,
 }
 
-pub fn run(_args: NameArgs) -> Result<()> {
-    Err(Failure::other("cloakfs name is not implemented yet"))
+pub fn run(args: NameArgs) -> Result<()> {
+    rekey::check_not_rekeying(&args.cipherdir)?;
+    let volume = crate::unlock::unlock(&args.unlock, &args.cipherdir)?;
+    let mut out = std::io::stdout().lock();
+    let res = if args.decrypt {
+        let plain = translate::decrypt_path(&volume, &args.cipherdir, &args.path)
+            .map_err(|e| located(&args.path, e))?;
+        out.write_all(b"/")
+            .and_then(|()| out.write_all(plain.as_os_str().as_bytes()))
+    } else {
+        let backing = translate::lookup(&volume, &args.cipherdir, &args.path, false)
+            .map_err(|e| located(&args.path, e))?;
+        if let Some(n) = backing.file_name().and_then(|n| n.to_str()) {
+            if n.starts_with(LONG_PREFIX) {
+                eprintln!(
+                    "cloakfs: long name: the full encrypted name is in the sidecar {}",
+                    backing.with_file_name(sidecar_name(n)).display()
+                );
+            }
+        }
+        out.write_all(backing.as_os_str().as_bytes())
+    };
+    res.and_then(|()| out.write_all(b"\n"))
+        .map_err(|e| Failure::other(format!("standard output: {e}")))
+}
+
+fn located(path: &std::path::Path, e: cloakfs_core::Error) -> Failure {
+    let mut f = Failure::from(e);
+    f.message = format!("{}: {}", path.display(), f.message);
+    f
 }

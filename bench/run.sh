@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# run.sh - build cloakfs, run the shared file-system yardstick (../shared/bench/peers.sh) with
+# cloakfs as a column, and write a Markdown report with cloakfs's ratios to every other column.
+#
+# Usage:  bench/run.sh [options] [FS ...]
+#   FS             file systems, in this order (default: plain passthrough gocryptfs securefs cloakfs);
+#                  anything peers.sh knows: plain passthrough gocryptfs securefs encfs cryfs cloakfs
+#   -r ROUNDS      rounds of the whole list (default 2; peers.sh alternates the order per round)
+#   --no-build     do not run `cargo build --release` (use the existing $CLOAKFS_BIN)
+#   --no-cpu-pass  skip the streaming CPU pass (see below)
+#   -o DIR         peers.sh results directory (default $FSB_BASE/results/cloakfs-<date-time>)
+#   --report-dir D where the Markdown report goes (default bench/results of this repo)
+#   --report-only DIR   only (re)write the report from an existing results directory
+#   -h             this help
+#
+# Environment: every FSB_* knob of fsbench.sh / peers.sh passes through (FSB_WORKLOADS,
+# FSB_SEQ_MB, FSB_NSMALL, FSB_QUIET_MAX, FSB_BASE, ...).  CLOAKFS_BIN overrides the binary
+# (default target/release/cloakfs); CLOAKFS_MOUNT_OPTS / CLOAKFS_INIT_OPTS add flags (hooks.sh).
+# SHARED_BENCH overrides where peers.sh lives (default ../shared/bench next to the repo).
+#
+# Streaming CPU pass: peers.sh reports one daemon CPU figure for a whole fsbench run, so to get
+# daemon CPU seconds per GB of the streaming lines, run.sh runs peers.sh twice more (one round,
+# every FUSE file system of the list): FSB_WORKLOADS="seq_write" and "seq_write seq_read".
+# Write = first / size, read = (second - first) / size.  Skipped when seq_write is not among the
+# workloads.
+#
+# Needs root (drop_caches, FUSE mounts) and ../shared/bench/prep.sh to have run once.
+# Results: the peers.sh directory (raw lines, logs, summary.md, <fs>.r<N>.mem peak RSS) and
+# bench/results/<YYYY-MM-DD-HHMM>.md plus bench/results/latest.md.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/.." && pwd)
+: "${SHARED_BENCH:=$REPO/../shared/bench}"
+[ -x "$SHARED_BENCH/peers.sh" ] || SHARED_BENCH=/work/shared/bench
+: "${FSB_BASE:=/var/tmp/fsbench}"
+: "${CLOAKFS_BIN:=$REPO/target/release/cloakfs}"
+export FSB_BASE CLOAKFS_BIN
+PY=${PY:-python3}
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; }
+die() { echo "run.sh: $*" >&2; exit 2; }
+
+ROUNDS=2
+BUILD=1
+CPU_PASS=1
+RES=""
+REPORT_DIR="$HERE/results"
+REPORT_ONLY=""
+FSLIST=()
+while [ $# -gt 0 ]; do
+    case $1 in
+        -r) [ $# -ge 2 ] || die "-r needs a value"; ROUNDS=$2; shift 2 ;;
+        -r*) ROUNDS=${1#-r}; shift ;;
+        -o) [ $# -ge 2 ] || die "-o needs a value"; RES=$2; shift 2 ;;
+        --no-build) BUILD=0; shift ;;
+        --no-cpu-pass) CPU_PASS=0; shift ;;
+        --report-dir) [ $# -ge 2 ] || die "--report-dir needs a value"; REPORT_DIR=$2; shift 2 ;;
+        --report-only) [ $# -ge 2 ] || die "--report-only needs a value"; REPORT_ONLY=$2; shift 2 ;;
+        -h|--help) usage; exit 0 ;;
+        -*) usage >&2; die "unknown option $1" ;;
+        *) FSLIST+=("$1"); shift ;;
+    esac
+done
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "-r wants a positive number, not '$ROUNDS'"
+[ ${#FSLIST[@]} -gt 0 ] || FSLIST=(plain passthrough gocryptfs securefs cloakfs)
+
+report() {  # RESULTS_DIR
+    mkdir -p "$REPORT_DIR"
+    "$PY" "$HERE/report.py" --out-dir "$REPORT_DIR" "$1"
+}
+
+if [ -n "$REPORT_ONLY" ]; then
+    [ -d "$REPORT_ONLY" ] || die "no results directory $REPORT_ONLY"
+    report "$REPORT_ONLY"
+    exit 0
+fi
+
+# ------------------------------------------------------------------ checks
+has_fs() { local f; for f in "${FSLIST[@]}"; do [ "$f" = "$1" ] && return 0; done; return 1; }
+[ -x "$SHARED_BENCH/peers.sh" ] || die "peers.sh not found (set SHARED_BENCH)"
+[ "$(id -u)" = 0 ] || echo "run.sh: WARNING: not root: caches cannot be dropped and FUSE mounts may fail" >&2
+command -v fusermount3 > /dev/null || die "fusermount3 missing: run $SHARED_BENCH/prep.sh"
+if has_fs passthrough && [ ! -x "$FSB_BASE/bin/passthrough_ll" ]; then
+    die "$FSB_BASE/bin/passthrough_ll missing: run $SHARED_BENCH/prep.sh"
+fi
+for f in gocryptfs securefs encfs cryfs; do
+    if has_fs "$f" && ! command -v "$f" > /dev/null; then die "$f not installed: run $SHARED_BENCH/prep.sh"; fi
+done
+
+if has_fs cloakfs; then
+    if [ $BUILD = 1 ]; then
+        echo "run.sh: cargo build --release (in $REPO)" >&2
+        # Build into this repo's target/ whatever the caller's environment says, so the binary is
+        # where hooks.sh looks for it.
+        (cd "$REPO" && env -u CARGO_TARGET_DIR cargo build --release)
+    fi
+    [ -x "$CLOAKFS_BIN" ] || die "no cloakfs binary at $CLOAKFS_BIN (build it, or drop --no-build)"
+fi
+
+[ -n "$RES" ] || RES="$FSB_BASE/results/cloakfs-$(date +%Y%m%d-%H%M%S)"
+mkdir -p "$RES"
+RES=$(cd "$RES" && pwd)
+export FSB_HOOKS="$HERE/hooks.sh"
+
+# ------------------------------------------------------------------ cleanup
+# peers.sh unmounts after every run; if it is interrupted, unmount whatever it left under
+# $FSB_BASE/run (the daemons exit when their file system is unmounted).
+cleanup() {
+    local m
+    while read -r _ m _; do
+        case $m in
+            "$FSB_BASE"/run/*) echo "run.sh: unmounting leftover $m" >&2; fusermount3 -uz "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true ;;
+        esac
+    done < /proc/mounts
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+wait_samplers() {  # the .mem samplers end within FSB_MEM_INTERVAL of their daemon
+    local i
+    for ((i = 0; i < 50; i++)); do
+        compgen -G "$1/*.mem.running" > /dev/null || return 0
+        sleep 0.2
+    done
+    echo "run.sh: WARNING: memory sampler markers left in $1" >&2
+}
+
+# ------------------------------------------------------------------ run info
+{
+    echo "command: bench/run.sh -r $ROUNDS ${FSLIST[*]}"
+    echo "started: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "repo_commit: $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    echo "repo_dirty_files: $(git -C "$REPO" status --porcelain 2>/dev/null | wc -l)"
+    if has_fs cloakfs; then
+        echo "cloakfs_bin: $CLOAKFS_BIN"
+        echo "cloakfs_version: $(timeout 10 "$CLOAKFS_BIN" --version 2>/dev/null | head -1 || true)"
+        echo "cloakfs_mount_opts: ${CLOAKFS_MOUNT_OPTS:-}"
+        echo "cloakfs_init_opts: ${CLOAKFS_INIT_OPTS:-}"
+    fi
+    echo "rustc: $(rustc --version 2>/dev/null || echo none)"
+    echo "memory_sampler: ${FSB_MEM_SAMPLE:-1} interval ${FSB_MEM_INTERVAL:-0.5}s"
+    env | grep -E '^FSB_(WORKLOADS|SEQ_MB|RAND_MB|RAND_SECS|RAND_JOBS|NSMALL|SMALL_KB|SMALL_READS|LS_REPS|TREE_TAR|PM_FILES|PM_TX|PM_SUBDIRS|COMPILE_TAR|COMPILE_TARGET|TIMEOUT|NO_DROP|QUIET_MAX|QUIET_CORES|BASE)=' | sort | sed 's/^/env: /' || true
+} > "$RES/run-info.txt"
+
+# ------------------------------------------------------------------ main run
+echo "run.sh: peers.sh -r $ROUNDS ${FSLIST[*]} -> $RES" >&2
+"$SHARED_BENCH/peers.sh" -r "$ROUNDS" -o "$RES" "${FSLIST[@]}"
+wait_samplers "$RES"
+
+# ------------------------------------------------------------------ streaming CPU pass
+FUSE_FS=()
+for f in "${FSLIST[@]}"; do [ "$f" = plain ] || FUSE_FS+=("$f"); done
+WL=" ${FSB_WORKLOADS:-seq_write} "
+if [ $CPU_PASS = 1 ] && [ ${#FUSE_FS[@]} -gt 0 ] && [[ $WL == *" seq_write "* ]]; then
+    for pass in "seq_write" "seq_write seq_read"; do
+        d="$RES/cpu-${pass// /+}"
+        echo "run.sh: streaming CPU pass '$pass' on ${FUSE_FS[*]} -> $d" >&2
+        FSB_WORKLOADS=$pass "$SHARED_BENCH/peers.sh" -r 1 -o "$d" "${FUSE_FS[@]}" > "$d.out"
+        wait_samplers "$d"
+    done
+fi
+
+echo "finished: $(date -u +%Y-%m-%dT%H:%M:%SZ)" >> "$RES/run-info.txt"
+report "$RES"

@@ -1,0 +1,1401 @@
+//! Key slots end to end, on real components: `passwd`, `slots add|list|remove|test` with every
+//! slot kind (passphrase, key file, recovery key, age X25519 and ssh recipients made by Debian's
+//! `age-keygen` and `ssh-keygen`, a SoftHSM2 PKCS#11 token, GnuPG with a throwaway GNUPGHOME,
+//! Shamir shares), volumes without a stored key, crash leftovers, and each kind of bad input.
+//!
+//! The external tools come from `scripts/install-deps.sh`; a missing tool fails the test with
+//! a message saying so (a silently skipped test would hide a regression).
+
+mod common;
+
+use cloakfs_core::config::VolumeConfig;
+use cloakfs_core::secret::Passphrase;
+use cloakfs_core::slots::Kek;
+use common::*;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// The passphrase of `Fixture::new()` volumes.
+const PASS: &str = "correct horse battery";
+
+fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        stderr(out)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs cloakfs with extra environment variables.
+fn cloakfs_env(args: &[&str], env: &[(&str, &Path)]) -> Output {
+    let mut c = Command::new(BIN);
+    c.args(args).stdin(Stdio::null());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+/// Runs cloakfs with `input` on standard input.
+fn cloakfs_stdin(args: &[&str], input: &[u8]) -> Output {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The command may exit (e.g. on a usage error) before it reads: ignore a broken pipe.
+    let _ = child.stdin.take().unwrap().write_all(input);
+    child.wait_with_output().unwrap()
+}
+
+/// `cloakfs slots test CIPHERDIR <unlock options>`.
+fn test_unlock(f: &Fixture, unlock: &[&str]) -> Output {
+    cloakfs(&[&["slots", "test", s(&f.cipher)], unlock].concat())
+}
+
+fn add(f: &Fixture, new: &[&str]) -> String {
+    ok(&cloakfs(
+        &[
+            &["slots", "add", s(&f.cipher), "--passfile", s(&f.pass)],
+            new,
+        ]
+        .concat(),
+    ))
+}
+
+fn list(f: &Fixture) -> String {
+    ok(&cloakfs(&["slots", "list", s(&f.cipher)]))
+}
+
+fn tool(name: &str) -> &str {
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
+        .unwrap_or(false);
+    assert!(
+        found,
+        "{name} is not installed: run scripts/install-deps.sh"
+    );
+    name
+}
+
+fn run_tool(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A small file with `text` in the fixture's temporary directory.
+fn file(f: &Fixture, name: &str, text: &[u8]) -> PathBuf {
+    let p = f.tmp.path().join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn config_text(f: &Fixture) -> String {
+    std::fs::read_to_string(f.cipher.join("cloakfs.conf")).unwrap()
+}
+
+/// The value of the last `"key": "value"` pair named `key` in the config JSON.
+fn config_field(f: &Fixture, key: &str) -> String {
+    let text = config_text(f);
+    let pat = format!("\"{key}\": \"");
+    let start = text
+        .rfind(&pat)
+        .unwrap_or_else(|| panic!("no {key} in {text}"))
+        + pat.len();
+    text[start..start + text[start..].find('"').unwrap()].to_string()
+}
+
+// ---------------------------------------------------------------------------------------------
+// passwd and passphrase slots
+
+/// Every entry under `root` (files by content hash, symlinks by target), recursively.
+fn tree_hashes(root: &Path) -> BTreeMap<PathBuf, String> {
+    use sha2::{Digest, Sha256};
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, String>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            let rel = p.strip_prefix(root).unwrap().to_path_buf();
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            if m.file_type().is_symlink() {
+                out.insert(rel, format!("link:{:?}", std::fs::read_link(&p).unwrap()));
+            } else if m.is_dir() {
+                out.insert(rel, "dir".into());
+                walk(root, &p, out);
+            } else {
+                let d = Sha256::digest(std::fs::read(&p).unwrap());
+                out.insert(rel, format!("{d:x}"));
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(root, root, &mut out);
+    out
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let m = std::fs::symlink_metadata(e.path()).unwrap();
+        let dest = to.join(e.file_name());
+        if m.file_type().is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(e.path()).unwrap(), dest).unwrap();
+        } else if m.is_dir() {
+            copy_tree(&e.path(), &dest);
+        } else {
+            std::fs::copy(e.path(), dest).unwrap();
+        }
+    }
+}
+
+#[test]
+fn passwd_rewraps_and_leaves_every_backing_file_unchanged() {
+    // The committed test volume has files, a directory, a long name and a symlink.
+    let f = Fixture::bare();
+    let committed =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../cloakfs-core/tests/vectors/volume");
+    copy_tree(&committed, &f.cipher);
+    let old = file(&f, "old", b"correct horse battery staple\n");
+    let new = file(&f, "new", b"a brand new passphrase\n");
+    let conf = f.cipher.join("cloakfs.conf");
+    let mut before = tree_hashes(&f.cipher);
+    let conf_before = before.remove(Path::new("cloakfs.conf")).unwrap();
+    assert!(before.len() >= 8, "{before:?}");
+
+    // A wrong old passphrase changes nothing.
+    let out = cloakfs(&[
+        "passwd",
+        s(&f.cipher),
+        "--passfile",
+        s(&new),
+        "--new-passfile",
+        s(&old),
+    ]);
+    assert_fails(&out, 1, "wrong passphrase");
+
+    let out = ok(&cloakfs(&[
+        "passwd",
+        s(&f.cipher),
+        "--passfile",
+        s(&old),
+        "--new-passfile",
+        s(&new),
+    ]));
+    assert!(out.contains("no file was rewritten"), "{out}");
+    let mut after = tree_hashes(&f.cipher);
+    let conf_after = after.remove(Path::new("cloakfs.conf")).unwrap();
+    assert_eq!(before, after, "a backing file changed");
+    assert_ne!(conf_before, conf_after);
+    assert!(!std::fs::read_dir(&f.cipher).unwrap().any(|e| e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .contains(".tmp.")));
+
+    assert_fails(
+        &test_unlock(&f, &["--passfile", s(&old)]),
+        1,
+        "wrong passphrase",
+    );
+    let out = ok(&test_unlock(&f, &["--passfile", s(&new)]));
+    // Same slot ID and label, same cost as before.
+    assert!(
+        out.contains("slot 1: passphrase (argon2id m=64 KiB t=1 p=1) label \"test\""),
+        "{out}"
+    );
+    // The volume still decrypts with the new passphrase: same master key.
+    let v =
+        cloakfs_core::Volume::unlock(&conf, &Passphrase::new(b"a brand new passphrase".to_vec()))
+            .unwrap();
+    assert_eq!(
+        v.root_dir_id().0,
+        cloakfs_core::encoding::unb64_array::<16>("oKGio6SlpqeoqaqrrK2urw").unwrap()
+    );
+}
+
+#[test]
+fn passphrase_slots_add_list_test_remove() {
+    let f = Fixture::new();
+    let second = f.write_pass("second passphrase");
+    let out = add(
+        &f,
+        &[
+            "--new-passfile",
+            s(&second),
+            "--label",
+            "spare",
+            "--kdf-memory",
+            "64",
+            "--kdf-iterations",
+            "1",
+        ],
+    );
+    assert!(out.contains("Added key slot 2 (passphrase)"), "{out}");
+    let l = list(&f);
+    assert!(l.contains("slot 1: passphrase"), "{l}");
+    assert!(
+        l.contains("slot 2: passphrase (argon2id m=64 KiB t=1 p=1) label \"spare\""),
+        "{l}"
+    );
+    assert!(ok(&test_unlock(&f, &["--passfile", s(&second)])).contains("slot 2"));
+    assert!(ok(&test_unlock(&f, &["--passfile", s(&f.pass)])).contains("slot 1"));
+    // --slot restricts which slot is tried.
+    assert_fails(
+        &test_unlock(&f, &["--passfile", s(&f.pass), "--slot", "2"]),
+        1,
+        "wrong passphrase",
+    );
+    assert_fails(
+        &test_unlock(&f, &["--passfile", s(&f.pass), "--slot", "9"]),
+        2,
+        "no key slot 9",
+    );
+
+    // Removing the slot you unlocked with, when it is the only one your secret opens: refused.
+    let out = cloakfs(&[
+        "slots",
+        "remove",
+        s(&f.cipher),
+        "1",
+        "--passfile",
+        s(&f.pass),
+    ]);
+    assert_fails(&out, 2, "refusing to remove key slot 1");
+    // With the other slot's secret: done.
+    ok(&cloakfs(&[
+        "slots",
+        "remove",
+        s(&f.cipher),
+        "1",
+        "--passfile",
+        s(&second),
+    ]));
+    assert_fails(&test_unlock(&f, &["--passfile", s(&f.pass)]), 1, "wrong");
+    assert!(!list(&f).contains("slot 1"));
+    // The last slot can never be removed.
+    let out = cloakfs(&[
+        "slots",
+        "remove",
+        s(&f.cipher),
+        "2",
+        "--passfile",
+        s(&second),
+    ]);
+    assert_fails(&out, 2, "refusing to remove key slot 2");
+    // Unknown slot, wrong secret.
+    assert_fails(
+        &cloakfs(&[
+            "slots",
+            "remove",
+            s(&f.cipher),
+            "7",
+            "--passfile",
+            s(&second),
+        ]),
+        2,
+        "no key slot 7",
+    );
+    // A passwd through a slot of another kind is refused with a hint.
+    let kf = file(&f, "kf", &[7u8; 64]);
+    ok(&cloakfs(&[
+        "slots",
+        "add",
+        s(&f.cipher),
+        "--passfile",
+        s(&second),
+        "--keyfile",
+        s(&kf),
+    ]));
+    let out = cloakfs(&[
+        "passwd",
+        s(&f.cipher),
+        "--keyfile",
+        s(&kf),
+        "--new-passfile",
+        s(&f.pass),
+    ]);
+    assert_fails(&out, 2, "not a passphrase slot");
+}
+
+#[test]
+fn same_passphrase_in_two_slots_may_remove_either() {
+    let f = Fixture::new();
+    add(
+        &f,
+        &[
+            "--new-passfile",
+            s(&f.pass),
+            "--kdf-memory",
+            "64",
+            "--kdf-iterations",
+            "1",
+        ],
+    );
+    // The caller proves slot 2 with the same secret, so slot 1 may go.
+    ok(&cloakfs(&[
+        "slots",
+        "remove",
+        s(&f.cipher),
+        "1",
+        "--passfile",
+        s(&f.pass),
+    ]));
+    assert!(ok(&test_unlock(&f, &["--passfile", s(&f.pass)])).contains("slot 2"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// key files
+
+#[test]
+fn keyfile_slot_from_file_and_stdin() {
+    let f = Fixture::new();
+    let kf = file(&f, "key", &(0..=255u8).collect::<Vec<_>>());
+    assert!(add(&f, &["--keyfile", s(&kf), "--label", "usb"]).contains("slot 2 (keyfile)"));
+    assert!(list(&f).contains("slot 2: keyfile (HKDF-SHA256 of the key file) label \"usb\""));
+    assert!(ok(&test_unlock(&f, &["--keyfile", s(&kf)])).contains("slot 2"));
+    // "-" is standard input.
+    let data = std::fs::read(&kf).unwrap();
+    let out = cloakfs_stdin(&["slots", "test", s(&f.cipher), "--keyfile", "-"], &data);
+    assert!(ok(&out).contains("slot 2"));
+    // A new key file from standard input too.
+    let out = cloakfs_stdin(
+        &[
+            "slots",
+            "add",
+            s(&f.cipher),
+            "--passfile",
+            s(&f.pass),
+            "--keyfile",
+            "-",
+        ],
+        &[9u8; 32],
+    );
+    assert!(ok(&out).contains("slot 3 (keyfile)"));
+    let kf3 = file(&f, "key3", &[9u8; 32]);
+    assert!(ok(&test_unlock(&f, &["--keyfile", s(&kf3)])).contains("slot 3"));
+
+    // Wrong key file (one byte changed), missing key file, empty, too short for a new slot.
+    let mut bad = data.clone();
+    bad[100] ^= 1;
+    let badf = file(&f, "bad", &bad);
+    assert_fails(
+        &test_unlock(&f, &["--keyfile", s(&badf)]),
+        1,
+        "wrong passphrase or key",
+    );
+    let missing = f.tmp.path().join("nope");
+    assert_fails(
+        &test_unlock(&f, &["--keyfile", s(&missing)]),
+        5,
+        "cannot read key file",
+    );
+    let empty = file(&f, "empty", b"");
+    assert_fails(&test_unlock(&f, &["--keyfile", s(&empty)]), 2, "is empty");
+    let short = file(&f, "short", b"tiny");
+    let out = cloakfs(&[
+        "slots",
+        "add",
+        s(&f.cipher),
+        "--passfile",
+        s(&f.pass),
+        "--keyfile",
+        s(&short),
+    ]);
+    assert_fails(&out, 2, "too short");
+    // Two secrets from standard input at once.
+    let out = cloakfs_stdin(
+        &[
+            "slots",
+            "test",
+            s(&f.cipher),
+            "--keyfile",
+            "-",
+            "--passfile",
+            "-",
+        ],
+        b"x",
+    );
+    assert_fails(&out, 2, "only one secret");
+}
+
+#[test]
+fn keyfile_mounts_with_dash_o_keyfile() {
+    let f = Fixture::new();
+    let kf = file(&f, "key", &[42u8; 64]);
+    add(&f, &["--keyfile", s(&kf)]);
+    let out = cloakfs(&[
+        "mount",
+        "-o",
+        &format!("keyfile={}", s(&kf)),
+        s(&f.cipher),
+        s(&f.mnt),
+    ]);
+    ok(&out);
+    let m = MountGuard(f.mnt.clone());
+    std::fs::write(f.mnt.join("x"), b"through a key file").unwrap();
+    m.unmount();
+    // And with --keyfile.
+    let out = cloakfs(&["mount", "--keyfile", s(&kf), s(&f.cipher), s(&f.mnt)]);
+    ok(&out);
+    let m = MountGuard(f.mnt.clone());
+    assert_eq!(
+        std::fs::read(f.mnt.join("x")).unwrap(),
+        b"through a key file"
+    );
+    m.unmount();
+}
+
+// ---------------------------------------------------------------------------------------------
+// recovery keys
+
+fn recovery_key_in(out: &str) -> String {
+    out.lines()
+        .map(str::trim)
+        .find(|l| l.len() == 69 && l.split('-').count() == 14)
+        .unwrap_or_else(|| panic!("no recovery key in {out}"))
+        .to_string()
+}
+
+#[test]
+fn recovery_key_is_shown_once_and_unlocks() {
+    let f = Fixture::new();
+    let out = add(&f, &["--recovery", "--label", "paper"]);
+    assert!(out.contains("Added key slot 2 (recovery)"), "{out}");
+    let key = recovery_key_in(&out);
+    // Stored nowhere.
+    let compact: String = key.chars().filter(|c| *c != '-').collect();
+    assert!(!config_text(&f).contains(&compact[..20]));
+    let rk = file(&f, "rk", format!("{key}\n").as_bytes());
+    assert!(ok(&test_unlock(&f, &["--recovery-key-file", s(&rk)])).contains("slot 2: recovery"));
+    // Typed sloppily: lower case, spaces instead of dashes.
+    let sloppy = file(
+        &f,
+        "sloppy",
+        key.to_lowercase().replace('-', " ").as_bytes(),
+    );
+    ok(&test_unlock(&f, &["--recovery-key-file", s(&sloppy)]));
+    // A typo is caught by the checksum; a valid key of another slot is a wrong key.
+    let mut typo: Vec<char> = key.chars().collect();
+    typo[3] = if typo[3] == 'Z' { 'Y' } else { 'Z' };
+    let typo = file(&f, "typo", typo.into_iter().collect::<String>().as_bytes());
+    assert_fails(
+        &test_unlock(&f, &["--recovery-key-file", s(&typo)]),
+        1,
+        "checksum mismatch",
+    );
+    let other = recovery_key_in(&add(&f, &["--recovery"]));
+    ok(&cloakfs(&[
+        "slots",
+        "remove",
+        s(&f.cipher),
+        "3",
+        "--passfile",
+        s(&f.pass),
+    ]));
+    let otherf = file(&f, "other", other.as_bytes());
+    assert_fails(
+        &test_unlock(&f, &["--recovery-key-file", s(&otherf)]),
+        1,
+        "wrong passphrase or key",
+    );
+    let garbage = file(&f, "garbage", b"not a key");
+    assert_fails(
+        &test_unlock(&f, &["--recovery-key-file", s(&garbage)]),
+        1,
+        "invalid recovery key",
+    );
+    // A recovery key can replace a forgotten passphrase.
+    let newpass = f.write_pass("after recovery");
+    ok(&cloakfs(&[
+        "slots",
+        "add",
+        s(&f.cipher),
+        "--recovery-key-file",
+        s(&rk),
+        "--new-passfile",
+        s(&newpass),
+        "--kdf-memory",
+        "64",
+        "--kdf-iterations",
+        "1",
+    ]));
+    ok(&test_unlock(&f, &["--passfile", s(&newpass)]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// age and ssh recipients
+
+#[test]
+fn age_x25519_recipient_made_by_age_keygen() {
+    let f = Fixture::new();
+    let id = f.tmp.path().join("id.txt");
+    run_tool(Command::new(tool("age-keygen")).arg("-o").arg(&id));
+    let public =
+        String::from_utf8(run_tool(Command::new("age-keygen").arg("-y").arg(&id)).stdout).unwrap();
+    let out = add(&f, &["--recipient", public.trim(), "--label", "laptop"]);
+    assert!(out.contains("slot 2 (recipient)"), "{out}");
+    assert!(list(&f).contains("slot 2: recipient (age to x25519) label \"laptop\""));
+    assert!(ok(&test_unlock(&f, &["--identity", s(&id)])).contains("slot 2"));
+
+    // Interoperable: the Debian age tool decrypts the stored KEK with the same identity.
+    let ct = cloakfs_core::encoding::unb64(config_field(&f, "age").as_bytes()).unwrap();
+    let ctf = file(&f, "kek.age", &ct);
+    let kek = run_tool(Command::new("age").arg("-d").arg("-i").arg(&id).arg(&ctf)).stdout;
+    assert_eq!(kek.len(), 32);
+
+    // Another identity, a file that is no identity, a missing one.
+    let other = f.tmp.path().join("other.txt");
+    run_tool(Command::new("age-keygen").arg("-o").arg(&other));
+    assert_fails(
+        &test_unlock(&f, &["--identity", s(&other)]),
+        1,
+        "no key slot of this volume takes the secret",
+    );
+    let junk = file(&f, "junk", b"hello\n");
+    assert_fails(
+        &test_unlock(&f, &["--identity", s(&junk)]),
+        1,
+        "not an age identity file",
+    );
+    assert_fails(
+        &test_unlock(&f, &["--identity", s(&f.tmp.path().join("none"))]),
+        5,
+        "cannot read identity file",
+    );
+    // Bad recipients are refused before anything is written.
+    let out = cloakfs(&[
+        "slots",
+        "add",
+        s(&f.cipher),
+        "--passfile",
+        s(&f.pass),
+        "--recipient",
+        "age1notarealkey",
+    ]);
+    assert_fails(&out, 2, "not a valid age X25519 key");
+}
+
+fn ssh_keygen(dir: &Path, name: &str, kind: &[&str], pass: &str) -> PathBuf {
+    let p = dir.join(name);
+    run_tool(
+        Command::new(tool("ssh-keygen"))
+            .args(kind)
+            .args(["-q", "-N", pass, "-C", name, "-f"])
+            .arg(&p),
+    );
+    p
+}
+
+#[test]
+fn ssh_ed25519_and_rsa_recipients_from_a_file() {
+    let f = Fixture::new();
+    let ed = ssh_keygen(f.tmp.path(), "ed", &["-t", "ed25519"], "");
+    let rsa = ssh_keygen(f.tmp.path(), "rsa", &["-t", "rsa", "-b", "2048"], "");
+    let mut recipients = String::from("# two people\n");
+    for k in [&ed, &rsa] {
+        recipients.push_str(&std::fs::read_to_string(k.with_extension("pub")).unwrap());
+    }
+    let rf = file(&f, "recipients", recipients.as_bytes());
+    add(&f, &["--recipient", s(&rf)]);
+    assert!(list(&f).contains("recipient (age to ssh-ed25519,ssh-rsa)"));
+    assert!(ok(&test_unlock(&f, &["--identity", s(&ed)])).contains("slot 2"));
+    assert!(ok(&test_unlock(&f, &["--identity", s(&rsa)])).contains("slot 2"));
+    // A key that is not a recipient; a passphrase-protected key without a terminal to ask on.
+    let stranger = ssh_keygen(f.tmp.path(), "stranger", &["-t", "ed25519"], "");
+    assert_fails(
+        &test_unlock(&f, &["--identity", s(&stranger)]),
+        1,
+        "no key slot",
+    );
+    let locked = ssh_keygen(f.tmp.path(), "locked", &["-t", "ed25519"], "secret words");
+    add(
+        &f,
+        &[
+            "--recipient",
+            &std::fs::read_to_string(locked.with_extension("pub")).unwrap(),
+        ],
+    );
+    // setsid: no controlling terminal, even when the tests run in one.
+    let out = Command::new(tool("setsid"))
+        .args([
+            "-w",
+            BIN,
+            "slots",
+            "test",
+            s(&f.cipher),
+            "--identity",
+            s(&locked),
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_fails(
+        &out,
+        2,
+        "is protected by a passphrase and there is no terminal",
+    );
+    // An unsupported ssh key type is refused as a recipient.
+    let ecdsa = ssh_keygen(f.tmp.path(), "ecdsa", &["-t", "ecdsa"], "");
+    let out = cloakfs(&[
+        "slots",
+        "add",
+        s(&f.cipher),
+        "--passfile",
+        s(&f.pass),
+        "--recipient",
+        s(&ecdsa.with_extension("pub")),
+    ]);
+    assert_fails(&out, 2, "not supported");
+}
+
+// ---------------------------------------------------------------------------------------------
+// PKCS#11 (SoftHSM2)
+
+struct SoftHsm {
+    conf: PathBuf,
+    pin: PathBuf,
+}
+
+const SOFTHSM: &str = "/usr/lib/softhsm/libsofthsm2.so";
+
+fn softhsm(f: &Fixture, label: &str) -> SoftHsm {
+    tool("softhsm2-util");
+    assert!(
+        Path::new(SOFTHSM).exists(),
+        "{SOFTHSM} missing: install softhsm2"
+    );
+    let dir = f.tmp.path().join("tokens");
+    std::fs::create_dir_all(&dir).unwrap();
+    let conf = f.tmp.path().join("softhsm2.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "directories.tokendir = {}\nobjectstore.backend = file\nlog.level = ERROR\n",
+            dir.display()
+        ),
+    )
+    .unwrap();
+    run_tool(
+        Command::new("softhsm2-util")
+            .env("SOFTHSM2_CONF", &conf)
+            .args(["--init-token", "--free", "--label", label])
+            .args(["--pin", "123456", "--so-pin", "87654321"]),
+    );
+    let pin = file(f, "pin", b"123456\n");
+    SoftHsm { conf, pin }
+}
+
+#[test]
+fn pkcs11_slot_on_softhsm2() {
+    let f = Fixture::new();
+    let hsm = softhsm(&f, "cloakfs-card");
+    let env = [("SOFTHSM2_CONF", hsm.conf.as_path())];
+    let out = cloakfs_env(
+        &[
+            "slots",
+            "add",
+            s(&f.cipher),
+            "--passfile",
+            s(&f.pass),
+            "--pkcs11-module",
+            SOFTHSM,
+            "--pkcs11-token",
+            "cloakfs-card",
+            "--pin-file",
+            s(&hsm.pin),
+            "--label",
+            "card",
+        ],
+        &env,
+    );
+    assert!(ok(&out).contains("slot 2 (pkcs11)"));
+    assert!(list(&f).contains("slot 2: pkcs11 (HMAC key on PKCS#11 token \"cloakfs-card\")"));
+    let unlock = ["--pkcs11-module", SOFTHSM, "--pin-file", s(&hsm.pin)];
+    let out = cloakfs_env(
+        &[&["slots", "test", s(&f.cipher)], &unlock[..]].concat(),
+        &env,
+    );
+    assert!(ok(&out).contains("slot 2: pkcs11"));
+
+    // The key object on the token is sensitive and not extractable: its value cannot be read.
+    check_token_key(&hsm, &config_field(&f, "pkcs11_object"));
+
+    // Wrong PIN; a token that is not there; a module that does not exist; no PIN and no tty.
+    let wrong = file(&f, "wrongpin", b"000000\n");
+    let out = cloakfs_env(
+        &[
+            "slots",
+            "test",
+            s(&f.cipher),
+            "--pkcs11-module",
+            SOFTHSM,
+            "--pin-file",
+            s(&wrong),
+        ],
+        &env,
+    );
+    assert_fails(&out, 1, "wrong PIN for PKCS#11 token \"cloakfs-card\"");
+    let out = cloakfs_env(
+        &[
+            &["slots", "test", s(&f.cipher), "--pkcs11-token", "absent"],
+            &unlock[..],
+        ]
+        .concat(),
+        &env,
+    );
+    assert_fails(&out, 5, "no PKCS#11 token labelled \"absent\" is present");
+    let out = cloakfs_env(
+        &[
+            "slots",
+            "test",
+            s(&f.cipher),
+            "--pkcs11-module",
+            "/usr/lib/nothing/libnone.so",
+            "--pin-file",
+            s(&hsm.pin),
+        ],
+        &env,
+    );
+    assert_fails(
+        &out,
+        5,
+        "PKCS#11 module /usr/lib/nothing/libnone.so does not exist",
+    );
+    // setsid: no controlling terminal to prompt on, even when the tests run in one.
+    let out = Command::new(tool("setsid"))
+        .args([
+            "-w",
+            BIN,
+            "slots",
+            "test",
+            s(&f.cipher),
+            "--pkcs11-module",
+            SOFTHSM,
+        ])
+        .env("SOFTHSM2_CONF", &hsm.conf)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_fails(&out, 2, "cannot prompt for the PIN");
+    // The token removed entirely (its directory emptied): a clear error, and the passphrase
+    // still works.
+    std::fs::remove_dir_all(f.tmp.path().join("tokens")).unwrap();
+    std::fs::create_dir_all(f.tmp.path().join("tokens")).unwrap();
+    let out = cloakfs_env(
+        &[&["slots", "test", s(&f.cipher)], &unlock[..]].concat(),
+        &env,
+    );
+    assert_fails(&out, 5, "no PKCS#11 token labelled \"cloakfs-card\"");
+    ok(&test_unlock(&f, &["--passfile", s(&f.pass)]));
+}
+
+fn check_token_key(hsm: &SoftHsm, object: &str) {
+    use cryptoki::context::{CInitializeArgs, CInitializeFlags, Pkcs11};
+    use cryptoki::object::{Attribute, AttributeType, ObjectClass};
+    use cryptoki::session::UserType;
+    // SOFTHSM2_CONF is read when the library initializes; this test process sets it only for
+    // itself (each test runs the binary for everything else).
+    std::env::set_var("SOFTHSM2_CONF", &hsm.conf);
+    let ctx = Pkcs11::new(SOFTHSM).unwrap();
+    ctx.initialize(CInitializeArgs::new(CInitializeFlags::OS_LOCKING_OK))
+        .unwrap();
+    let slot = ctx.get_slots_with_token().unwrap()[0];
+    let session = ctx.open_ro_session(slot).unwrap();
+    session
+        .login(UserType::User, Some(&"123456".into()))
+        .unwrap();
+    let keys = session
+        .find_objects(&[
+            Attribute::Class(ObjectClass::SECRET_KEY),
+            Attribute::Label(object.as_bytes().to_vec()),
+        ])
+        .unwrap();
+    assert_eq!(keys.len(), 1, "one key object labelled {object}");
+    let attrs = session
+        .get_attributes(
+            keys[0],
+            &[AttributeType::Sensitive, AttributeType::Extractable],
+        )
+        .unwrap();
+    assert!(attrs.contains(&Attribute::Sensitive(true)), "{attrs:?}");
+    assert!(attrs.contains(&Attribute::Extractable(false)), "{attrs:?}");
+    assert!(session
+        .get_attributes(keys[0], &[AttributeType::Value])
+        .map(|v| v.is_empty())
+        .unwrap_or(true));
+}
+
+// ---------------------------------------------------------------------------------------------
+// GnuPG
+
+/// A throwaway GNUPGHOME with one key (no passphrase); its agent is stopped on drop.
+struct GnuPgHome {
+    dir: tempfile::TempDir,
+}
+
+impl GnuPgHome {
+    fn new(uid: Option<&str>) -> Self {
+        tool("gpg");
+        // Short path: gpg-agent's socket path must fit in sockaddr_un.
+        let dir = tempfile::Builder::new()
+            .prefix("gpg")
+            .tempdir_in("/tmp")
+            .unwrap();
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )
+        .unwrap();
+        let h = Self { dir };
+        if let Some(uid) = uid {
+            run_tool(
+                Command::new("gpg")
+                    .env("GNUPGHOME", h.dir.path())
+                    .args(["--batch", "--pinentry-mode", "loopback", "--passphrase", ""])
+                    .args(["--quick-gen-key", uid, "future-default", "default", "never"]),
+            );
+        }
+        h
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for GnuPgHome {
+    fn drop(&mut self) {
+        let _ = Command::new("gpgconf")
+            .env("GNUPGHOME", self.dir.path())
+            .args(["--kill", "gpg-agent"])
+            .output();
+    }
+}
+
+#[test]
+fn gpg_slot_through_gpg_agent() {
+    let f = Fixture::new();
+    let home = GnuPgHome::new(Some("cloakfs test <cloakfs@example.org>"));
+    let env = [("GNUPGHOME", home.path())];
+    let out = cloakfs_env(
+        &[
+            "slots",
+            "add",
+            s(&f.cipher),
+            "--passfile",
+            s(&f.pass),
+            "--gpg-recipient",
+            "cloakfs@example.org",
+        ],
+        &env,
+    );
+    assert!(ok(&out).contains("slot 2 (gpg)"));
+    assert!(list(&f).contains("slot 2: gpg (gpg to cloakfs@example.org)"));
+    let out = cloakfs_env(&["slots", "test", s(&f.cipher), "--gpg"], &env);
+    assert!(ok(&out).contains("slot 2: gpg"));
+
+    // Someone else's keyring: gpg cannot decrypt.
+    let other = GnuPgHome::new(None);
+    let out = cloakfs_env(
+        &["slots", "test", s(&f.cipher), "--gpg"],
+        &[("GNUPGHOME", other.path())],
+    );
+    assert_fails(&out, 1, "gpg could not decrypt key slot 2");
+    // An unknown recipient is refused when adding.
+    let out = cloakfs_env(
+        &[
+            "slots",
+            "add",
+            s(&f.cipher),
+            "--passfile",
+            s(&f.pass),
+            "--gpg-recipient",
+            "nobody@example.org",
+        ],
+        &env,
+    );
+    assert_fails(&out, 5, "gpg could not encrypt to nobody@example.org");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shamir shares
+
+fn share_files(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    v.sort();
+    v
+}
+
+fn with_shares(shares: &[&PathBuf]) -> Vec<String> {
+    shares
+        .iter()
+        .flat_map(|p| ["--share".to_string(), s(p).to_string()])
+        .collect()
+}
+
+fn test_shares(f: &Fixture, shares: &[&PathBuf]) -> Output {
+    let args = with_shares(shares);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    test_unlock(f, &args)
+}
+
+#[test]
+fn shamir_any_two_of_three() {
+    use std::os::unix::fs::PermissionsExt;
+    let f = Fixture::new();
+    let dir = f.tmp.path().join("shares");
+    let out = add(
+        &f,
+        &[
+            "--shamir",
+            "2/3",
+            "--share-dir",
+            s(&dir),
+            "--label",
+            "board",
+        ],
+    );
+    assert!(out.contains("slot 2 (shamir)"), "{out}");
+    let sh = share_files(&dir);
+    assert_eq!(sh.len(), 3, "{sh:?}");
+    for p in &sh {
+        assert_eq!(
+            std::fs::metadata(p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+    }
+    assert!(list(&f).contains("slot 2: shamir (any 2 of 3 shares) label \"board\""));
+    for pair in [[0, 1], [0, 2], [1, 2], [2, 0]] {
+        let out = test_shares(&f, &[&sh[pair[0]], &sh[pair[1]]]);
+        assert!(ok(&out).contains("slot 2: shamir"));
+    }
+    ok(&test_shares(&f, &[&sh[0], &sh[1], &sh[2]]));
+    // Below the threshold, or the same share twice.
+    assert_fails(
+        &test_shares(&f, &[&sh[1]]),
+        1,
+        "1 distinct share(s) of slot 2 given, 2 needed",
+    );
+    assert_fails(
+        &test_shares(&f, &[&sh[1], &sh[1]]),
+        1,
+        "1 distinct share(s) of slot 2 given, 2 needed",
+    );
+    // A damaged share.
+    let text = std::fs::read_to_string(&sh[0]).unwrap();
+    let pos = text.find("cloakfs-share:").unwrap() + 30;
+    let mut b = text.into_bytes();
+    b[pos] = if b[pos] == b'A' { b'B' } else { b'A' };
+    let damaged = file(&f, "damaged", &b);
+    assert_fails(
+        &test_shares(&f, &[&damaged, &sh[1]]),
+        1,
+        "checksum mismatch",
+    );
+    // Shares of another volume mixed in.
+    let g = Fixture::new();
+    let gdir = g.tmp.path().join("shares");
+    add(&g, &["--shamir", "2/3", "--share-dir", s(&gdir)]);
+    let gsh = share_files(&gdir);
+    assert_fails(
+        &test_shares(&f, &[&sh[0], &gsh[1]]),
+        1,
+        "belongs to another volume",
+    );
+    // Shares of a removed slot.
+    ok(&cloakfs(&[
+        "slots",
+        "remove",
+        s(&f.cipher),
+        "2",
+        "--passfile",
+        s(&f.pass),
+    ]));
+    assert_fails(
+        &test_shares(&f, &[&sh[0], &sh[1]]),
+        1,
+        "no longer has as a shamir slot",
+    );
+    // Invalid schemes; existing share files are never overwritten.
+    for bad in ["3/2", "0/3", "2/300", "two"] {
+        let out = cloakfs(&[
+            "slots",
+            "add",
+            s(&f.cipher),
+            "--passfile",
+            s(&f.pass),
+            "--shamir",
+            bad,
+            "--share-dir",
+            s(&dir),
+        ]);
+        assert_fails(&out, 2, "--shamir");
+    }
+}
+
+#[test]
+fn shamir_shares_encrypted_to_age_recipients() {
+    let f = Fixture::new();
+    let mut ids = Vec::new();
+    let mut pubs = Vec::new();
+    for i in 0..3 {
+        let id = f.tmp.path().join(format!("id{i}"));
+        run_tool(Command::new(tool("age-keygen")).arg("-o").arg(&id));
+        let p = run_tool(Command::new("age-keygen").arg("-y").arg(&id)).stdout;
+        pubs.push(String::from_utf8(p).unwrap().trim().to_string());
+        ids.push(id);
+    }
+    let dir = f.tmp.path().join("shares");
+    let mut args = vec!["--shamir", "2/3", "--share-dir", s(&dir)];
+    for p in &pubs {
+        args.push("--share-recipient");
+        args.push(p);
+    }
+    add(&f, &args);
+    let sh = share_files(&dir);
+    assert!(
+        sh.iter().all(|p| p.to_string_lossy().ends_with(".txt.age")),
+        "{sh:?}"
+    );
+    // Each person decrypts their own share (age can, too) and two of them unlock.
+    let plain = run_tool(
+        Command::new("age")
+            .arg("-d")
+            .arg("-i")
+            .arg(&ids[0])
+            .arg(&sh[0]),
+    )
+    .stdout;
+    assert!(String::from_utf8(plain).unwrap().contains("cloakfs-share:"));
+    let out = test_unlock(
+        &f,
+        &[
+            "--share",
+            s(&sh[0]),
+            "--share",
+            s(&sh[2]),
+            "--identity",
+            s(&ids[0]),
+            "--identity",
+            s(&ids[2]),
+        ],
+    );
+    assert!(ok(&out).contains("slot 2: shamir"));
+    // Without the identity of one of them.
+    let out = test_unlock(
+        &f,
+        &[
+            "--share",
+            s(&sh[0]),
+            "--share",
+            s(&sh[2]),
+            "--identity",
+            s(&ids[0]),
+        ],
+    );
+    assert_fails(&out, 1, "none of the identities given decrypts it");
+    // The number of recipients must match N.
+    let out = cloakfs(&[
+        "slots",
+        "add",
+        s(&f.cipher),
+        "--passfile",
+        s(&f.pass),
+        "--shamir",
+        "2/3",
+        "--share-dir",
+        s(&f.tmp.path().join("more")),
+        "--share-recipient",
+        &pubs[0],
+    ]);
+    assert_fails(&out, 2, "give one per share");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Unknown kinds, no stored key, damaged configs, crashes
+
+#[test]
+fn unknown_slot_kind_is_kept_listed_and_skipped() {
+    let f = Fixture::new();
+    // A newer cloakfs added a slot of a kind this one does not know.
+    let mut c = VolumeConfig::load(&f.cipher).unwrap();
+    let (mk, _) = c
+        .unlock_passphrase(&Passphrase::new(PASS.as_bytes().to_vec()))
+        .unwrap();
+    let mut fields = cloakfs_core::config::Fields::new();
+    fields.insert("credential".into(), "AAAA".into());
+    c.add_slot(
+        &mk,
+        "fido2-hmac",
+        "yubikey",
+        fields,
+        &Kek::random(),
+        [3; 12],
+    )
+    .unwrap();
+    c.seal(&mk);
+    c.save(&f.cipher).unwrap();
+
+    let l = list(&f);
+    assert!(
+        l.contains("slot 2: fido2-hmac (unknown kind (made by a newer cloakfs?)"),
+        "{l}"
+    );
+    let info = ok(&cloakfs(&["info", s(&f.cipher)]));
+    assert!(info.contains("slot 2: fido2-hmac (unknown kind"), "{info}");
+    ok(&test_unlock(&f, &["--passfile", s(&f.pass)]));
+    // Other changes keep it; it can be removed like any slot.
+    let kf = file(&f, "kf", &[1u8; 32]);
+    add(&f, &["--keyfile", s(&kf)]);
+    assert!(list(&f).contains("slot 2: fido2-hmac"));
+    ok(&cloakfs(&[
+        "slots",
+        "remove",
+        s(&f.cipher),
+        "2",
+        "--passfile",
+        s(&f.pass),
+    ]));
+    assert!(!list(&f).contains("fido2"));
+}
+
+#[test]
+fn no_stored_key_volume() {
+    let f = Fixture::bare();
+    let out = f.init(&["--no-stored-key"]);
+    let text = ok(&out);
+    assert!(text.contains("No stored key"), "{text}");
+    let conf = config_text(&f);
+    assert!(conf.contains("\"key_source\": \"passphrase\""), "{conf}");
+    assert!(!conf.contains("wrapped"), "{conf}");
+    let info = ok(&cloakfs(&["info", s(&f.cipher)]));
+    assert!(info.contains("key source:      no stored key"), "{info}");
+    assert!(list(&f).contains("no stored key"));
+    assert!(ok(&test_unlock(&f, &["--passfile", s(&f.pass)])).contains("no stored key"));
+    let wrong = f.write_pass("not it");
+    assert_fails(
+        &test_unlock(&f, &["--passfile", s(&wrong)]),
+        1,
+        "wrong passphrase",
+    );
+    let kf = file(&f, "kf", &[1u8; 32]);
+    assert_fails(
+        &cloakfs(&[
+            "slots",
+            "add",
+            s(&f.cipher),
+            "--passfile",
+            s(&f.pass),
+            "--keyfile",
+            s(&kf),
+        ]),
+        2,
+        "no stored key",
+    );
+    assert_fails(
+        &cloakfs(&[
+            "passwd",
+            s(&f.cipher),
+            "--passfile",
+            s(&f.pass),
+            "--new-passfile",
+            s(&wrong),
+        ]),
+        2,
+        "no stored key",
+    );
+    assert_fails(&test_unlock(&f, &["--keyfile", s(&kf)]), 2, "no stored key");
+    // It mounts like any volume.
+    let m = f.mounted(&[]);
+    std::fs::write(f.mnt.join("f"), b"derived key").unwrap();
+    m.unmount();
+}
+
+#[test]
+fn damaged_or_tampered_config_is_refused_by_slot_commands() {
+    let f = Fixture::new();
+    let conf = f.cipher.join("cloakfs.conf");
+    let good = std::fs::read_to_string(&conf).unwrap();
+    std::fs::write(&conf, "{ \"cloakfs\": 1, garbage").unwrap();
+    let kf = file(&f, "kf", &[1u8; 32]);
+    for args in [
+        vec!["slots", "list", s(&f.cipher)],
+        vec!["slots", "test", s(&f.cipher), "--passfile", s(&f.pass)],
+        vec![
+            "slots",
+            "add",
+            s(&f.cipher),
+            "--passfile",
+            s(&f.pass),
+            "--keyfile",
+            s(&kf),
+        ],
+        vec![
+            "slots",
+            "remove",
+            s(&f.cipher),
+            "1",
+            "--passfile",
+            s(&f.pass),
+        ],
+        vec![
+            "passwd",
+            s(&f.cipher),
+            "--passfile",
+            s(&f.pass),
+            "--new-passfile",
+            s(&kf),
+        ],
+    ] {
+        assert_fails(&cloakfs(&args), 3, "damaged volume config");
+    }
+    // A volume parameter changed without the key: refused once a slot opens.
+    std::fs::write(&conf, good.replace("\"sparse\"", "\"strict\"")).unwrap();
+    let out = cloakfs(&[
+        "slots",
+        "add",
+        s(&f.cipher),
+        "--passfile",
+        s(&f.pass),
+        "--keyfile",
+        s(&kf),
+    ]);
+    assert_fails(&out, 3, "MAC mismatch");
+    // A slot's Argon2id cost raised: that slot no longer opens (it is in the wrap AAD).
+    std::fs::write(
+        &conf,
+        good.replace(
+            "\"argon2_iterations\": \"1\"",
+            "\"argon2_iterations\": \"2\"",
+        ),
+    )
+    .unwrap();
+    assert_fails(
+        &test_unlock(&f, &["--passfile", s(&f.pass)]),
+        1,
+        "wrong passphrase",
+    );
+    // An absurd cost is refused as damage, not computed.
+    std::fs::write(
+        &conf,
+        good.replace(
+            "\"argon2_memory_kib\": \"64\"",
+            "\"argon2_memory_kib\": \"99999999999\"",
+        ),
+    )
+    .unwrap();
+    assert_fails(
+        &test_unlock(&f, &["--passfile", s(&f.pass)]),
+        3,
+        "damaged volume config",
+    );
+}
+
+/// What a crash during `slots add` can leave: a torn temporary file beside the config, or the
+/// old config (the rename never happened). The old secret opens either; the new one opens once
+/// the rename is done.
+#[test]
+fn crash_leftovers_of_a_slot_change() {
+    let f = Fixture::new();
+    let conf = f.cipher.join("cloakfs.conf");
+    let old_config = std::fs::read(&conf).unwrap();
+    let kf = file(&f, "kf", &[5u8; 48]);
+    add(&f, &["--keyfile", s(&kf)]);
+    let new_config = std::fs::read(&conf).unwrap();
+
+    // Killed after writing part of the temporary file: the old config plus a torn tmp.
+    std::fs::write(&conf, &old_config).unwrap();
+    std::fs::write(
+        f.cipher.join("cloakfs.conf.tmp.4242"),
+        &new_config[..new_config.len() / 3],
+    )
+    .unwrap();
+    ok(&test_unlock(&f, &["--passfile", s(&f.pass)]));
+    assert_fails(&test_unlock(&f, &["--keyfile", s(&kf)]), 1, "no key slot");
+    assert!(ok(&cloakfs(&["slots", "list", s(&f.cipher)])).contains("slot 1"));
+
+    // Killed after the complete temporary file was synced but before the rename.
+    std::fs::write(f.cipher.join("cloakfs.conf.tmp.4242"), &new_config).unwrap();
+    ok(&test_unlock(&f, &["--passfile", s(&f.pass)]));
+
+    // Killed after the rename: the new config, both secrets open.
+    std::fs::rename(f.cipher.join("cloakfs.conf.tmp.4242"), &conf).unwrap();
+    ok(&test_unlock(&f, &["--passfile", s(&f.pass)]));
+    ok(&test_unlock(&f, &["--keyfile", s(&kf)]));
+    // And changes go on working over any leftover.
+    std::fs::write(f.cipher.join("cloakfs.conf.tmp.1"), b"junk").unwrap();
+    add(&f, &["--recovery"]);
+    assert!(list(&f).contains("slot 3: recovery"));
+}
+
+#[test]
+fn secrets_of_a_kind_the_volume_lacks() {
+    let f = Fixture::new();
+    let kf = file(&f, "kf", &[1u8; 32]);
+    add(&f, &["--keyfile", s(&kf)]);
+    ok(&cloakfs(&[
+        "slots",
+        "remove",
+        s(&f.cipher),
+        "1",
+        "--keyfile",
+        s(&kf),
+    ]));
+    // Only a key-file slot is left: no passphrase to prompt for.
+    assert_fails(&test_unlock(&f, &[]), 1, "no passphrase slot to prompt for");
+    assert_fails(
+        &test_unlock(&f, &["--passfile", s(&f.pass)]),
+        1,
+        "no key slot",
+    );
+    assert_fails(&test_unlock(&f, &["--gpg"]), 1, "no key slot");
+    let rk = file(
+        &f,
+        "rk",
+        b"G20R-50W4-GP38-F249-HA5R-S3CE-HY89-34MK-JJAS-D5WR-K6D9-Q74X-KTFX-4SZ1",
+    );
+    assert_fails(
+        &test_unlock(&f, &["--recovery-key-file", s(&rk)]),
+        1,
+        "no key slot",
+    );
+    // Adding needs exactly one new secret (clap's usage error).
+    let out = cloakfs(&["slots", "add", s(&f.cipher), "--unlock-keyfile", s(&kf)]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let out = cloakfs(&[
+        "slots",
+        "add",
+        s(&f.cipher),
+        "--unlock-keyfile",
+        s(&kf),
+        "--recovery",
+        "--keyfile",
+        s(&kf),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let out = cloakfs(&[
+        "slots",
+        "add",
+        s(&f.cipher),
+        "--unlock-keyfile",
+        s(&kf),
+        "--recovery",
+    ]);
+    assert!(ok(&out).contains("slot 3 (recovery)"));
+}

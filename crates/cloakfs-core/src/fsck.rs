@@ -1,0 +1,659 @@
+//! Checking (and carefully repairing) a whole volume offline.
+//!
+//! [`check`] reads everything a reader would: the config (parsed strictly and MAC-verified at
+//! unlock; here also each slot's fields), every directory's `cloakfs.dirid`, every name (which
+//! must decrypt in its directory and be in its one canonical stored form), every long-name entry
+//! and sidecar, every file header and every block tag, every symlink target and every `user.`
+//! xattr name and value; and it notes the files cloakfs leaves behind when interrupted.
+//!
+//! With [`Options::repair`] it fixes only what can be fixed without losing or guessing anything:
+//! it deletes orphaned long-name sidecars (an encrypted name without its entry), stray temporary
+//! files of an interrupted config write or rekey (copies, the originals are intact) and a stray
+//! `cloakfs.dirid` in the root, and gives an *empty* directory without a valid `cloakfs.dirid`
+//! a new one. It never deletes or rewrites anything that holds user data.
+
+use crate::blocks::{BlockReader, CHUNK_BLOCKS};
+use crate::error::{Error, Result};
+use crate::paths::create_dir_id;
+use crate::volume::Volume;
+use crate::walk::{
+    display_plain, BadKind, EntryType, Internal, InternalKind, Item, Progress, Walker,
+    CONFIG_TEMP_PREFIX,
+};
+use serde::{Serialize, Serializer};
+use std::collections::HashSet;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// What kind of problem was found (the `kind` member of the JSON report).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProblemKind {
+    /// A config field or key slot is malformed.
+    Config,
+    /// A directory has no `cloakfs.dirid`.
+    DiridMissing,
+    /// A directory's `cloakfs.dirid` is not 16 bytes or unreadable.
+    DiridInvalid,
+    /// A name does not decrypt in its directory, or is not in its canonical stored form.
+    Name,
+    /// A long-name entry whose sidecar is missing or does not match.
+    LongName,
+    /// A long-name sidecar without its entry.
+    OrphanSidecar,
+    /// A file header is truncated or of an unknown version.
+    Header,
+    /// A backing file is cut inside its last block.
+    Truncated,
+    /// One or more blocks fail authentication.
+    Block,
+    /// A symlink target does not decrypt.
+    Symlink,
+    /// A `user.` xattr name or value does not decrypt.
+    Xattr,
+    /// A temporary file of an interrupted config write or rekey.
+    StrayTemp,
+    /// A reserved `cloakfs.` name where it does not belong, or unknown to this version.
+    StrayReserved,
+    /// A file cloakfs never makes (a name with a `.`): hidden from the plaintext view.
+    Foreign,
+    /// An entry that cannot be read at all (permissions, I/O error).
+    Io,
+}
+
+fn lossy<S: Serializer>(p: &Path, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(&p.to_string_lossy())
+}
+
+fn lossy_opt<S: Serializer>(p: &Option<PathBuf>, s: S) -> std::result::Result<S::Ok, S::Error> {
+    match p {
+        Some(p) => s.serialize_str(&display_plain(p)),
+        None => s.serialize_none(),
+    }
+}
+
+/// One problem.
+#[derive(Debug, Clone, Serialize)]
+pub struct Problem {
+    /// What kind.
+    pub kind: ProblemKind,
+    /// The backing entry.
+    #[serde(serialize_with = "lossy")]
+    pub backing: PathBuf,
+    /// Its plaintext path (`/` + path relative to the volume root) when its name decrypts.
+    #[serde(serialize_with = "lossy_opt")]
+    pub plain: Option<PathBuf>,
+    /// The plaintext directory it is in (for entries whose own name is unknown).
+    #[serde(serialize_with = "lossy_opt")]
+    pub plain_dir: Option<PathBuf>,
+    /// One-line detail.
+    pub detail: String,
+    /// Whether `--repair` can fix it.
+    pub repairable: bool,
+    /// Whether it was fixed in this run.
+    pub repaired: bool,
+}
+
+impl Problem {
+    /// Where it is, for people: the plaintext path if known, else the backing name in its
+    /// plaintext directory, else the backing path.
+    pub fn location(&self) -> String {
+        if let Some(p) = &self.plain {
+            return display_plain(p);
+        }
+        let name = self
+            .backing
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        match &self.plain_dir {
+            Some(d) => format!("{name} in {}", display_plain(d)),
+            None => self.backing.display().to_string(),
+        }
+    }
+}
+
+/// What was looked at.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Counts {
+    /// Directories (including the root).
+    pub directories: u64,
+    /// Regular files (names; hard links count once per name).
+    pub files: u64,
+    /// Symlinks.
+    pub symlinks: u64,
+    /// Fifos, sockets and devices.
+    pub other: u64,
+    /// Plaintext bytes of all files (hard-linked files once).
+    pub plain_bytes: u64,
+    /// Backing bytes read.
+    pub backing_bytes: u64,
+    /// Blocks authenticated or found to be holes.
+    pub blocks: u64,
+    /// `user.` xattrs checked.
+    pub xattrs: u64,
+    /// Key slots in the config.
+    pub slots: u64,
+    /// Problems found.
+    pub problems: u64,
+    /// Problems repaired.
+    pub repaired: u64,
+}
+
+/// The result of a check.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Report {
+    /// Whether the volume was found without any problem.
+    pub clean: bool,
+    /// What was looked at.
+    pub counts: Counts,
+    /// Every problem, in the order found.
+    pub problems: Vec<Problem>,
+}
+
+impl Report {
+    /// Problems left after repairs.
+    pub fn unrepaired(&self) -> usize {
+        self.problems.iter().filter(|p| !p.repaired).count()
+    }
+}
+
+/// What to do besides checking.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options {
+    /// Fix what is safely fixable.
+    pub repair: bool,
+}
+
+struct Checker<'a> {
+    volume: &'a Volume,
+    opts: Options,
+    report: Report,
+    seen_inodes: HashSet<(u64, u64)>,
+    progress: &'a dyn Progress,
+    out: Vec<u8>,
+    sealed: Vec<u8>,
+}
+
+/// Checks the volume at `cipherdir` (see the module documentation). The volume must not be in
+/// the middle of a rekey ([`crate::rekey::check_not_rekeying`]).
+pub fn check(
+    volume: &Volume,
+    cipherdir: &Path,
+    opts: Options,
+    progress: &dyn Progress,
+) -> Result<Report> {
+    crate::rekey::check_not_rekeying(cipherdir)?;
+    let (bytes, entries) = crate::walk::totals(cipherdir);
+    progress.start(bytes, entries);
+    let mut c = Checker {
+        volume,
+        opts,
+        report: Report::default(),
+        seen_inodes: HashSet::new(),
+        progress,
+        out: Vec::new(),
+        sealed: Vec::new(),
+    };
+    c.config(cipherdir);
+    for item in Walker::new(volume, cipherdir) {
+        match item {
+            Item::Entry(e) => {
+                c.progress.advance(0, u64::from(!e.is_root()));
+                match e.kind {
+                    EntryType::Dir => c.report.counts.directories += 1,
+                    EntryType::File => {
+                        c.report.counts.files += 1;
+                        if e.meta.nlink() > 1 && !c.seen_inodes.insert((e.meta.dev(), e.meta.ino()))
+                        {
+                            continue; // another name of a file already checked
+                        }
+                        c.file(&e.backing, &e.plain, &e.meta);
+                    }
+                    EntryType::Symlink => {
+                        c.report.counts.symlinks += 1;
+                        c.symlink(&e.backing, &e.plain);
+                    }
+                    _ => c.report.counts.other += 1,
+                }
+                c.xattrs(&e.backing, &e.plain);
+            }
+            Item::Internal(i) => c.internal(&i),
+            Item::Bad(b) => c.bad(b),
+        }
+    }
+    let r = &mut c.report;
+    r.counts.problems = r.problems.len() as u64;
+    r.counts.repaired = r.problems.iter().filter(|p| p.repaired).count() as u64;
+    r.clean = r.problems.is_empty();
+    Ok(c.report)
+}
+
+impl Checker<'_> {
+    fn push(
+        &mut self,
+        kind: ProblemKind,
+        backing: &Path,
+        plain: Option<&Path>,
+        plain_dir: Option<&Path>,
+        detail: String,
+        repairable: bool,
+    ) -> usize {
+        self.report.problems.push(Problem {
+            kind,
+            backing: backing.to_path_buf(),
+            plain: plain.map(Path::to_path_buf),
+            plain_dir: plain_dir.map(Path::to_path_buf),
+            detail,
+            repairable,
+            repaired: false,
+        });
+        self.report.problems.len() - 1
+    }
+
+    /// Runs `fix` for problem `i` when repairing; records the outcome.
+    fn repair(&mut self, i: usize, fix: impl FnOnce() -> std::io::Result<()>) {
+        if !self.opts.repair || !self.report.problems[i].repairable {
+            return;
+        }
+        match fix() {
+            Ok(()) => self.report.problems[i].repaired = true,
+            Err(e) => {
+                let p = &mut self.report.problems[i];
+                p.detail.push_str(&format!(" (repair failed: {e})"));
+            }
+        }
+    }
+
+    fn config(&mut self, cipherdir: &Path) {
+        let cfg = self.volume.config();
+        self.report.counts.slots = cfg.slots().len() as u64;
+        let path = crate::config::config_path(cipherdir);
+        match crate::config::VolumeConfig::load(cipherdir) {
+            Ok(disk) if &disk == cfg => {}
+            Ok(_) => {
+                self.push(
+                    ProblemKind::Config,
+                    &path,
+                    None,
+                    None,
+                    "the config changed on disk while it was checked".into(),
+                    false,
+                );
+            }
+            Err(e) => {
+                self.push(ProblemKind::Config, &path, None, None, e.to_string(), false);
+            }
+        }
+        for slot in cfg.slots() {
+            let f = slot.fields();
+            let mut bad = Vec::new();
+            if slot.label().contains(['\n', '\0']) {
+                bad.push("label has a line feed or NUL".to_string());
+            }
+            // A kind this version does not know is kept as it is (a newer cloakfs made it).
+            if slot.is_known_kind() {
+                match f.get("wrapped") {
+                    Some(w) if crate::encoding::unb64_array::<60>(w).is_some() => {}
+                    Some(_) => bad.push("wrapped key is not 60 base64url bytes".into()),
+                    None => bad.push("no wrapped key".into()),
+                }
+                for k in crate::slots::kind_fields(slot.kind()).unwrap_or(&[]) {
+                    if !f.contains_key(*k) {
+                        bad.push(format!("{} slot without its field {k:?}", slot.kind()));
+                    }
+                }
+            }
+            if slot.kind() == crate::config::kind::PASSPHRASE {
+                if let Err(e) = slot.argon2() {
+                    bad.push(e.to_string());
+                }
+                match f.get("salt") {
+                    Some(s) if crate::encoding::unb64_array::<32>(s).is_some() => {}
+                    _ => bad.push("salt is not 32 base64url bytes".into()),
+                }
+            }
+            for b in bad {
+                self.push(
+                    ProblemKind::Config,
+                    &path,
+                    None,
+                    None,
+                    format!("key slot {}: {b}", slot.id()),
+                    false,
+                );
+            }
+        }
+    }
+
+    fn file(&mut self, backing: &Path, plain: &Path, meta: &std::fs::Metadata) {
+        let file = match std::fs::File::open(backing) {
+            Ok(f) => f,
+            Err(e) => {
+                self.push(
+                    ProblemKind::Io,
+                    backing,
+                    Some(plain),
+                    None,
+                    e.to_string(),
+                    false,
+                );
+                return;
+            }
+        };
+        let r = match BlockReader::open(self.volume.content(), file) {
+            Ok(r) => r,
+            Err(e) => {
+                let kind = match e {
+                    Error::Io(_) => ProblemKind::Io,
+                    _ => ProblemKind::Header,
+                };
+                self.push(kind, backing, Some(plain), None, e.to_string(), false);
+                self.progress.advance(meta.len(), 0);
+                return;
+            }
+        };
+        self.report.counts.plain_bytes += r.size();
+        let mut failed: Vec<u64> = Vec::new();
+        let mut first = 0;
+        let count = r.block_count();
+        while first < count {
+            let chunk = match r.read_chunk(first, CHUNK_BLOCKS, &mut self.out, &mut self.sealed) {
+                Ok(c) => c,
+                Err(e) => {
+                    self.push(
+                        ProblemKind::Io,
+                        backing,
+                        Some(plain),
+                        None,
+                        e.to_string(),
+                        false,
+                    );
+                    break;
+                }
+            };
+            let n = chunk.states.len() as u64;
+            failed.extend(chunk.failures());
+            self.report.counts.blocks += n;
+            self.report.counts.backing_bytes += self.sealed.len() as u64;
+            self.progress.advance(self.sealed.len() as u64, 0);
+            first += n;
+        }
+        self.progress
+            .advance(crate::layout::HEADER_LEN.min(r.backing_len()), 0);
+        if !failed.is_empty() {
+            let shown: Vec<String> = failed.iter().take(10).map(u64::to_string).collect();
+            let more = if failed.len() > 10 { ", ..." } else { "" };
+            let detail = format!(
+                "{} of {} blocks fail authentication (block {}{more}): tampered, or damaged storage",
+                failed.len(),
+                count,
+                shown.join(", "),
+            );
+            self.push(
+                ProblemKind::Block,
+                backing,
+                Some(plain),
+                None,
+                detail,
+                false,
+            );
+        }
+        if let Some(d) = r.damage() {
+            let tail = r.backing_len() - r.layout().cipher_size(r.size());
+            self.progress.advance(tail, 0);
+            self.push(ProblemKind::Truncated, backing, Some(plain), None, d, false);
+        }
+    }
+
+    fn symlink(&mut self, backing: &Path, plain: &Path) {
+        use std::os::unix::ffi::OsStrExt;
+        let res = std::fs::read_link(backing)
+            .map_err(Error::from)
+            .and_then(|t| self.volume.meta().decrypt_symlink(t.as_os_str().as_bytes()));
+        if let Err(e) = res {
+            self.push(
+                ProblemKind::Symlink,
+                backing,
+                Some(plain),
+                None,
+                e.to_string(),
+                false,
+            );
+        }
+    }
+
+    fn xattrs(&mut self, backing: &Path, plain: &Path) {
+        let names = match crate::xattrs::list(backing) {
+            Ok(n) => n,
+            Err(e) => {
+                self.push(
+                    ProblemKind::Io,
+                    backing,
+                    Some(plain),
+                    None,
+                    format!("cannot list xattrs: {e}"),
+                    false,
+                );
+                return;
+            }
+        };
+        for stored in names.iter().filter(|n| crate::xattrs::is_user(n)) {
+            self.report.counts.xattrs += 1;
+            let shown = String::from_utf8_lossy(stored).into_owned();
+            let name = match self.volume.meta().decrypt_xattr_name(stored) {
+                Ok(n) => String::from_utf8_lossy(&n).into_owned(),
+                Err(_) => {
+                    self.push(
+                        ProblemKind::Xattr,
+                        backing,
+                        Some(plain),
+                        None,
+                        format!("xattr name {shown} does not decrypt"),
+                        false,
+                    );
+                    continue;
+                }
+            };
+            let res = crate::xattrs::get(backing, stored)
+                .map_err(Error::from)
+                .and_then(|v| self.volume.meta().decrypt_xattr_value(stored, &v));
+            if let Err(e) = res {
+                self.push(
+                    ProblemKind::Xattr,
+                    backing,
+                    Some(plain),
+                    None,
+                    format!("value of xattr {name}: {e}"),
+                    false,
+                );
+            }
+        }
+    }
+
+    fn internal(&mut self, i: &Internal) {
+        let dir = Some(i.dir_plain.as_path());
+        let name = i
+            .backing
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let backing = i.backing.clone();
+        match i.kind {
+            InternalKind::Config | InternalKind::DirId | InternalKind::Sidecar => {}
+            InternalKind::OrphanSidecar => {
+                let p = self.push(
+                    ProblemKind::OrphanSidecar,
+                    &i.backing,
+                    None,
+                    dir,
+                    "long-name sidecar without its entry (left by an interrupted create or rename)"
+                        .into(),
+                    true,
+                );
+                self.repair(p, || std::fs::remove_file(&backing));
+            }
+            InternalKind::ConfigTemp => {
+                let pid = name
+                    .strip_prefix(CONFIG_TEMP_PREFIX)
+                    .and_then(|p| p.parse::<u32>().ok());
+                let live = pid.is_some_and(|p| {
+                    p != std::process::id() && Path::new(&format!("/proc/{p}")).exists()
+                });
+                let detail = if live {
+                    format!(
+                        "temporary config file of process {}, which is still running: left alone",
+                        pid.unwrap_or(0)
+                    )
+                } else {
+                    "temporary file of an interrupted config write".into()
+                };
+                let p = self.push(ProblemKind::StrayTemp, &i.backing, None, dir, detail, !live);
+                self.repair(p, || std::fs::remove_file(&backing));
+            }
+            InternalKind::RekeyTemp => {
+                let p = self.push(
+                    ProblemKind::StrayTemp,
+                    &i.backing,
+                    None,
+                    dir,
+                    "temporary entry of an interrupted rekey (a copy; the original is intact)"
+                        .into(),
+                    true,
+                );
+                self.repair(p, || std::fs::remove_file(&backing));
+            }
+            InternalKind::MkdirTemp => {
+                // Holds at most the ID written before the rename that publishes it.
+                let only_id = std::fs::read_dir(&i.backing).is_ok_and(|rd| {
+                    rd.flatten()
+                        .all(|e| e.file_name() == crate::names::DIRID_FILE)
+                });
+                let detail = if only_id {
+                    "directory left half-made by an interrupted mkdir (it holds nothing)".into()
+                } else {
+                    format!("reserved name {name} holds entries: left alone")
+                };
+                let p = self.push(
+                    ProblemKind::StrayTemp,
+                    &i.backing,
+                    None,
+                    dir,
+                    detail,
+                    only_id,
+                );
+                self.repair(p, || {
+                    match std::fs::remove_file(backing.join(crate::names::DIRID_FILE)) {
+                        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                        _ => {}
+                    }
+                    std::fs::remove_dir(&backing)
+                });
+            }
+            InternalKind::RekeyJournal => {
+                self.push(
+                    ProblemKind::StrayReserved,
+                    &i.backing,
+                    None,
+                    dir,
+                    "rekey journal: a rekey was interrupted (cloakfs rekey --resume or --rollback)"
+                        .into(),
+                    false,
+                );
+            }
+            InternalKind::StrayReserved => {
+                let root_dirid =
+                    name == crate::names::DIRID_FILE && i.dir_plain.as_os_str().is_empty();
+                let detail = if root_dirid {
+                    "the root directory has no cloakfs.dirid (its ID is the volume ID)".to_string()
+                } else {
+                    format!("reserved name {name} does not belong here (made by a newer cloakfs?)")
+                };
+                let p = self.push(
+                    ProblemKind::StrayReserved,
+                    &i.backing,
+                    None,
+                    dir,
+                    detail,
+                    root_dirid,
+                );
+                self.repair(p, || std::fs::remove_file(&backing));
+            }
+            InternalKind::Foreign => {
+                self.push(
+                    ProblemKind::Foreign,
+                    &i.backing,
+                    None,
+                    dir,
+                    "not made by cloakfs (a sync-tool temporary or conflict copy?); hidden from \
+                     the plaintext view and left alone"
+                        .into(),
+                    false,
+                );
+            }
+        }
+    }
+
+    fn bad(&mut self, b: crate::walk::Bad) {
+        let dir = Some(b.dir_plain.as_path());
+        match b.kind {
+            BadKind::DirIdMissing | BadKind::DirIdInvalid => {
+                let empty = b.entries == 0;
+                let kind = if b.kind == BadKind::DirIdMissing {
+                    ProblemKind::DiridMissing
+                } else {
+                    ProblemKind::DiridInvalid
+                };
+                let detail = if empty {
+                    format!(
+                        "{} (the directory is empty: a new ID can be written)",
+                        b.detail
+                    )
+                } else {
+                    format!(
+                        "{}: the names of its {} entries cannot be decrypted",
+                        b.detail, b.entries
+                    )
+                };
+                let p = self.push(kind, &b.backing, b.plain.as_deref(), None, detail, empty);
+                let backing = b.backing.clone();
+                self.repair(p, || {
+                    let id = backing.join(crate::names::DIRID_FILE);
+                    match std::fs::remove_file(&id) {
+                        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                        _ => {}
+                    }
+                    create_dir_id(&backing).map_err(|e| match e {
+                        Error::Io(e) => e,
+                        e => std::io::Error::other(e.to_string()),
+                    })?;
+                    // Read-only, as the mount makes them.
+                    std::fs::set_permissions(&id, std::fs::Permissions::from_mode(0o440))
+                });
+            }
+            BadKind::Name => {
+                self.push(ProblemKind::Name, &b.backing, None, dir, b.detail, false);
+            }
+            BadKind::SidecarMissing | BadKind::SidecarMismatch => {
+                self.push(
+                    ProblemKind::LongName,
+                    &b.backing,
+                    None,
+                    dir,
+                    b.detail,
+                    false,
+                );
+            }
+            BadKind::ReadDir | BadKind::Stat => {
+                self.push(
+                    ProblemKind::Io,
+                    &b.backing,
+                    b.plain.as_deref(),
+                    dir,
+                    b.detail,
+                    false,
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! Translating paths between the plaintext view and the cipher directory without a mount (CFS
+//! `cname`), in both directions, long names included.
+
+use crate::config::CONFIG_FILE;
+use crate::error::{Error, Result};
+use crate::names::{self, DIRID_FILE};
+use crate::paths::read_dir_id;
+use crate::volume::Volume;
+use std::collections::VecDeque;
+use std::ffi::{OsStr, OsString};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+/// Most symlinks followed in one lookup (as Linux's MAXSYMLINKS).
+pub const MAX_SYMLINK_HOPS: usize = 40;
+
+fn not_found(what: String) -> Error {
+    Error::Io(io::Error::new(io::ErrorKind::NotFound, what))
+}
+
+/// The backing path of plaintext path `plain` (relative to the volume root; a leading `/` is
+/// allowed). `..` and symlinks inside the volume are resolved (a symlink's target is
+/// decrypted); the last component is followed only if `follow_last`. The last component need
+/// not exist; every directory before it must. A symlink pointing outside the volume (an
+/// absolute target, or `..` above the root) is refused.
+pub fn lookup(
+    volume: &Volume,
+    cipherdir: &Path,
+    plain: &Path,
+    follow_last: bool,
+) -> Result<PathBuf> {
+    let mut todo: VecDeque<OsString> = VecDeque::new();
+    for c in plain.components() {
+        match c {
+            Component::Normal(n) => todo.push_back(n.to_os_string()),
+            Component::ParentDir => todo.push_back("..".into()),
+            Component::RootDir | Component::CurDir => {}
+            Component::Prefix(_) => return Err(Error::InvalidName),
+        }
+    }
+    // Backing directories from the root down to the current one, with their plaintext paths.
+    let mut stack: Vec<(PathBuf, PathBuf)> = vec![(cipherdir.to_path_buf(), PathBuf::new())];
+    let mut hops = 0;
+    while let Some(name) = todo.pop_front() {
+        let last = todo.is_empty();
+        if name == ".." {
+            if stack.len() == 1 {
+                return Err(Error::Refused(
+                    "the path leads above the root of the volume".into(),
+                ));
+            }
+            stack.pop();
+            if last {
+                return Ok(stack.last().expect("root stays").0.clone());
+            }
+            continue;
+        }
+        let (dir, dir_plain) = stack.last().expect("root stays").clone();
+        let dir_id = read_dir_id(volume, cipherdir, &dir)?;
+        let stored = volume.names().encrypt(&dir_id, name.as_bytes())?;
+        let backing = dir.join(stored.backing());
+        let child_plain = dir_plain.join(&name);
+        let meta = match std::fs::symlink_metadata(&backing) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound && last => return Ok(backing),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(not_found(format!(
+                    "{}: no such directory in the volume",
+                    crate::walk::display_plain(&child_plain)
+                )))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if meta.file_type().is_symlink() && (!last || follow_last) {
+            hops += 1;
+            if hops > MAX_SYMLINK_HOPS {
+                return Err(Error::Io(io::Error::from_raw_os_error(libc::ELOOP)));
+            }
+            let stored = std::fs::read_link(&backing)?;
+            let target = volume
+                .meta()
+                .decrypt_symlink(stored.as_os_str().as_bytes())?;
+            let target = Path::new(OsStr::from_bytes(&target));
+            if target.is_absolute() {
+                return Err(Error::Refused(format!(
+                    "{} is a symlink to {}, outside the volume",
+                    crate::walk::display_plain(&child_plain),
+                    target.display()
+                )));
+            }
+            let mut spliced: VecDeque<OsString> = target
+                .components()
+                .filter_map(|c| match c {
+                    Component::Normal(n) => Some(n.to_os_string()),
+                    Component::ParentDir => Some("..".into()),
+                    _ => None,
+                })
+                .collect();
+            spliced.extend(todo.drain(..));
+            todo = spliced;
+            if todo.is_empty() {
+                return Ok(dir);
+            }
+            continue;
+        }
+        if last {
+            return Ok(backing);
+        }
+        if !meta.is_dir() {
+            return Err(Error::Io(io::Error::new(
+                io::ErrorKind::NotADirectory,
+                format!(
+                    "{} is not a directory",
+                    crate::walk::display_plain(&child_plain)
+                ),
+            )));
+        }
+        stack.push((backing, child_plain));
+    }
+    Ok(stack.last().expect("root stays").0.clone())
+}
+
+/// `backing` as a path relative to `cipherdir` (both made absolute, without resolving the last
+/// component of `backing`, which may be a symlink). A relative `backing` that does not exist
+/// from the current directory is taken relative to `cipherdir`.
+pub fn relative_backing(cipherdir: &Path, backing: &Path) -> Result<PathBuf> {
+    let root = std::fs::canonicalize(cipherdir)?;
+    let candidates = if backing.is_absolute() {
+        vec![backing.to_path_buf()]
+    } else {
+        vec![backing.to_path_buf(), root.join(backing)]
+    };
+    for c in candidates {
+        let abs = match (c.parent(), c.file_name()) {
+            (Some(p), Some(n)) => {
+                let p = if p.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    p
+                };
+                match std::fs::canonicalize(p) {
+                    Ok(p) => p.join(n),
+                    Err(_) => continue,
+                }
+            }
+            _ => match std::fs::canonicalize(&c) {
+                Ok(p) => p,
+                Err(_) => continue,
+            },
+        };
+        if let Ok(rel) = abs.strip_prefix(&root) {
+            return Ok(rel.to_path_buf());
+        }
+    }
+    Err(Error::Refused(format!(
+        "{} is not inside the cipher directory {}",
+        backing.display(),
+        cipherdir.display()
+    )))
+}
+
+/// The plaintext path (relative to the volume root) of backing path `backing`, which is
+/// absolute, relative to the current directory, or relative to `cipherdir`. A long-name
+/// sidecar (`cloakfs.long.*.name`) as the last component decrypts to the name it holds, so
+/// orphaned sidecars can be identified too. Only the directories need to exist (and the
+/// sidecar of a long name).
+pub fn decrypt_path(volume: &Volume, cipherdir: &Path, backing: &Path) -> Result<PathBuf> {
+    let rel = relative_backing(cipherdir, backing)?;
+    let root = std::fs::canonicalize(cipherdir)?;
+    let mut dir = root.clone();
+    let mut plain = PathBuf::new();
+    let comps: Vec<&OsStr> = rel
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n),
+            _ => None,
+        })
+        .collect();
+    for (i, name) in comps.iter().enumerate() {
+        let last = i + 1 == comps.len();
+        let dir_id = read_dir_id(volume, &root, &dir).map_err(|e| match e {
+            Error::Io(e) if e.kind() == io::ErrorKind::NotFound => not_found(format!(
+                "{}: {DIRID_FILE} is missing, the names in it cannot be decrypted",
+                dir.display()
+            )),
+            e => e,
+        })?;
+        let s = name.to_str().ok_or_else(|| {
+            Error::Tampered(format!("{}: not an encrypted name", name.to_string_lossy()))
+        })?;
+        let plain_name = match names::classify(s) {
+            names::EntryKind::Encrypted(e) => volume.names().decrypt_short(&dir_id, e)?,
+            names::EntryKind::Long(b) => {
+                let full =
+                    std::fs::read_to_string(dir.join(names::sidecar_name(b))).map_err(|e| {
+                        Error::Tampered(format!("long name {b}: cannot read its sidecar ({e})"))
+                    })?;
+                volume.names().decrypt_long(&dir_id, b, full.trim_end())?
+            }
+            names::EntryKind::Internal => match crate::walk::sidecar_entry(s) {
+                Some(entry) if last => {
+                    let full = std::fs::read_to_string(dir.join(s))?;
+                    volume
+                        .names()
+                        .decrypt_long(&dir_id, entry, full.trim_end())?
+                }
+                _ => {
+                    return Err(Error::Refused(format!(
+                        "{s} is one of cloakfs's own files, not an encrypted name"
+                    )))
+                }
+            },
+        };
+        plain.push(OsStr::from_bytes(&plain_name));
+        dir.push(name);
+    }
+    Ok(plain)
+}
+
+/// The cipher directory holding backing path `start`: the nearest directory at or above it
+/// that contains `cloakfs.conf`.
+pub fn find_volume_root(start: &Path) -> Option<PathBuf> {
+    let abs = std::fs::canonicalize(start).ok()?;
+    abs.ancestors()
+        .find(|d| d.join(CONFIG_FILE).is_file())
+        .map(Path::to_path_buf)
+}
