@@ -429,3 +429,12 @@ fn sigterm_unmounts_and_keeps_data() {
     assert_eq!(std::fs::read(f.mnt.join("before-term")).unwrap(), b"kept");
     m.unmount();
 }
+
+/// An interrupted rekey leaves a journal; mounting then would show a half-converted volume.
+#[test]
+fn mount_refuses_a_volume_with_an_unfinished_rekey() {
+    let f = Fixture::new();
+    std::fs::write(f.cipher.join("cloakfs.rekey"), "{}").unwrap();
+    assert_fails(&f.mount(&[]), 8, "rekey");
+    assert!(!is_mounted(&f.mnt));
+}

@@ -16,6 +16,7 @@ pub fn run(args: MountArgs) -> Result<()> {
     let mountpoint = absolute_dir(&args.mountpoint, "mount point")?;
     // Fail on everything checkable before asking for the passphrase.
     VolumeConfig::load(&cipherdir)?;
+    cloakfs_core::rekey::check_not_rekeying(&cipherdir)?;
     if mountpoint.starts_with(&cipherdir) {
         return Err(Failure::usage(
             "the mount point may not lie inside the cipher directory",
