@@ -25,6 +25,7 @@ mod ops;
 mod readdir;
 mod sys;
 mod xattr;
+pub mod tree;
 
 use cloakfs_core::Volume;
 use fuser::{MountOption, SessionACL};
