@@ -34,6 +34,31 @@ mount_cloakfs() {
     DAEMON_PID=$!
 }
 
+# cloakfsd: the same volume served by the multi-user daemon as an attach (every request goes
+# through the authorization gate and per-thread credential switching, no writeback cache), to
+# price those checks against the single-user mount.  The daemon's tree lives next to MNT; the
+# attach is bind-mounted on MNT so fsbench runs unchanged, and a watcher stops the daemon once
+# peers.sh unmounts MNT.  The attach is made from this shell's session, which fsbench shares.
+init_cloakfsd() { init_cloakfs "$@"; }
+
+mount_cloakfsd() {
+    local tree=$2.tree sock=$2.sock i
+    mkdir -p "$tree"
+    "$CLOAKFS_BIN" daemon --root "$tree" --socket "$sock" > /dev/null &
+    DAEMON_PID=$!
+    for ((i = 0; i < 300; i++)); do
+        "$CLOAKFS_BIN" status --socket "$sock" > /dev/null 2>&1 && break
+        kill -0 "$DAEMON_PID" 2> /dev/null || return 1
+        sleep 0.1
+    done
+    "$CLOAKFS_BIN" attach --socket "$sock" --passfile "$FSB_PASSFILE" "$1" bench || return 1
+    mount --bind "$tree/bench" "$2" || return 1
+    (
+        while mountpoint -q "$2"; do sleep 0.5; done
+        kill "$DAEMON_PID" 2> /dev/null
+    ) > /dev/null 2>&1 &
+}
+
 # _fsb_mem_sampler PID OUT: write OUT with the peak RSS and thread count of PID until it exits.
 # A marker OUT.running exists while the sampler runs (bench/run.sh waits for it to go).
 _fsb_mem_sampler() {
@@ -67,7 +92,7 @@ _fsb_start_sampler() {
 }
 
 # Wrap every FUSE file system's mount function (peers.sh's and ours) with the sampler.
-for _fsb_fs in passthrough gocryptfs securefs encfs cryfs cloakfs ${FSB_MEM_EXTRA_FS:-}; do
+for _fsb_fs in passthrough gocryptfs securefs encfs cryfs cloakfs cloakfsd ${FSB_MEM_EXTRA_FS:-}; do
     if declare -F "mount_$_fsb_fs" > /dev/null && ! declare -F "_fsb_orig_mount_$_fsb_fs" > /dev/null; then
         eval "$(declare -f "mount_$_fsb_fs" | sed "1s/^mount_$_fsb_fs /_fsb_orig_mount_$_fsb_fs /")"
         eval "mount_$_fsb_fs() { _fsb_orig_mount_$_fsb_fs \"\$@\"; _fsb_start_sampler \"\$1\"; }"

@@ -4,7 +4,8 @@
 #
 # Usage:  bench/run.sh [options] [FS ...]
 #   FS             file systems, in this order (default: plain passthrough gocryptfs securefs cloakfs);
-#                  anything peers.sh knows: plain passthrough gocryptfs securefs encfs cryfs cloakfs
+#                  anything peers.sh knows: plain passthrough gocryptfs securefs encfs cryfs cloakfs,
+#                  and cloakfsd (the same volume as an attach of the multi-user daemon)
 #   -r ROUNDS      rounds of the whole list (default 2; peers.sh alternates the order per round)
 #   --no-build     do not run `cargo build --release` (use the existing $CLOAKFS_BIN)
 #   --no-cpu-pass  skip the streaming CPU pass (see below)
@@ -88,7 +89,7 @@ for f in gocryptfs securefs encfs cryfs; do
     if has_fs "$f" && ! command -v "$f" > /dev/null; then die "$f not installed: run $SHARED_BENCH/prep.sh"; fi
 done
 
-if has_fs cloakfs; then
+if has_fs cloakfs || has_fs cloakfsd; then
     if [ $BUILD = 1 ]; then
         echo "run.sh: cargo build --release (in $REPO)" >&2
         # Build into this repo's target/ whatever the caller's environment says, so the binary is

@@ -37,6 +37,23 @@ pub enum Command {
     Export(crate::commands::export::ExportArgs),
     /// Move the volume to a fresh master key, re-encrypting every file and name.
     Rekey(crate::commands::rekey::RekeyArgs),
+    /// Run the multi-user daemon (root): one tree of attaches and a control socket.
+    Daemon(crate::commands::serve::DaemonArgs),
+    /// Add a volume to the daemon's tree (e.g. /crypt/NAME), unlocked here.
+    Attach(crate::commands::attach::AttachArgs),
+    /// Remove an attach from the tree and wipe its keys.
+    Detach(crate::commands::attach::DetachArgs),
+    /// List your attaches and sessions.
+    Status(crate::commands::attach::StatusArgs),
+    /// Add, list or delete authorizations of an attach.
+    #[command(subcommand)]
+    Authz(crate::commands::authz::AuthzCommand),
+    /// Authenticate to an attach and open an active session.
+    Auth(crate::commands::authz::AuthArgs),
+    /// List an attach's sessions.
+    Sessions(crate::commands::authz::SessionsArgs),
+    /// End a session for good.
+    Revoke(crate::commands::authz::RevokeArgs),
 }
 
 /// How to unlock a volume: which secret, from where (default: passphrase prompt).

@@ -2,6 +2,7 @@
 
 mod cli;
 mod commands;
+mod control;
 mod daemon;
 mod failure;
 mod logging;
@@ -17,7 +18,8 @@ use std::process::ExitCode;
 
 const SUBCOMMANDS: &[&str] = &[
     "init", "mount", "unmount", "umount", "info", "passwd", "slots", "cat", "name", "fsck",
-    "export", "rekey", "help",
+    "export", "rekey", "daemon", "attach", "detach", "status", "authz", "auth", "sessions",
+    "revoke", "help",
 ];
 
 /// mount(8) runs `mount.cloakfs CIPHERDIR MOUNTPOINT -o OPTS` and mount.fuse3 runs
@@ -69,6 +71,14 @@ fn main() -> ExitCode {
         Command::Fsck(a) => commands::fsck::run(a),
         Command::Export(a) => commands::export::run(a),
         Command::Rekey(a) => commands::rekey::run(a),
+        Command::Daemon(a) => commands::serve::run(a),
+        Command::Attach(a) => commands::attach::run_attach(a),
+        Command::Detach(a) => commands::attach::run_detach(a),
+        Command::Status(a) => commands::attach::run_status(a),
+        Command::Authz(a) => commands::authz::run(a),
+        Command::Auth(a) => commands::authz::run_auth(a),
+        Command::Sessions(a) => commands::authz::run_sessions(a),
+        Command::Revoke(a) => commands::authz::run_revoke(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -185,6 +185,9 @@ impl CloakFs {
                     name: OsStr::from_bytes(raw).to_owned(),
                     ino: if raw == b"." {
                         dir.nodeid
+                    } else if self.inodes.is_tree() && dir.nodeid == self.inodes.root() {
+                        // An attach's parent is the tree root.
+                        crate::inode::ROOT
                     } else {
                         self.inodes.number_hint(dev, ent.ino())
                     },

@@ -16,6 +16,27 @@ thread_local! {
     static READ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
+/// `__FMODE_EXEC`: the kernel's mark on opens made by execve (passed on in FUSE open flags).
+pub(crate) const FMODE_EXEC: i32 = 0x20;
+
+/// The permission an open with `flags` needs on the backing file: execute for execve, else
+/// read and/or write per the access mode (`O_TRUNC` writes).
+pub(crate) fn open_access(flags: i32) -> rustix::fs::Access {
+    use rustix::fs::Access;
+    if flags & FMODE_EXEC != 0 {
+        return Access::EXEC_OK;
+    }
+    let mut a = match flags & libc::O_ACCMODE {
+        libc::O_WRONLY => Access::WRITE_OK,
+        libc::O_RDWR => Access::READ_OK | Access::WRITE_OK,
+        _ => Access::READ_OK,
+    };
+    if flags & libc::O_TRUNC != 0 {
+        a |= Access::WRITE_OK;
+    }
+    a
+}
+
 impl CloakFs {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn do_setattr(
@@ -27,6 +48,7 @@ impl CloakFs {
         size: Option<u64>,
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
+        by_handle: bool,
     ) -> Res<FileAttr> {
         let inode = self.node(ino)?;
         let changes = mode.is_some()
@@ -58,6 +80,10 @@ impl CloakFs {
         }
         if let Some(size) = size {
             self.check_size(size, 0)?;
+            if !by_handle {
+                // truncate(2) by path may reuse a file someone else opened for writing.
+                self.check_access(&inode, rustix::fs::Access::WRITE_OK)?;
+            }
             self.with_file(&inode, true, |f| f.truncate(size))?;
         }
         if atime.is_some() || mtime.is_some() {
@@ -84,6 +110,7 @@ impl CloakFs {
         if writable {
             self.writable()?;
         }
+        self.check_access(&inode, open_access(flags))?;
         let f = inode
             .acquire(&self.codec, writable, self.read_only)
             .map_err(|e| self.fail(&e, inode.fd(), None))?;
@@ -129,6 +156,10 @@ impl CloakFs {
                 if inode.kind != Kind::File {
                     self.inodes.forget(inode.nodeid, 1);
                     return Err(Errno::EISDIR);
+                }
+                if let Err(e) = self.check_access(&inode, rustix::fs::Access::READ_OK) {
+                    self.inodes.forget(inode.nodeid, 1);
+                    return Err(e);
                 }
                 if let Err(e) = inode.acquire(&self.codec, false, self.read_only) {
                     self.inodes.forget(inode.nodeid, 1);

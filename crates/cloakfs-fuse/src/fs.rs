@@ -31,6 +31,10 @@ pub(crate) struct CloakFs {
     pub(crate) max_size: u64,
     /// Effective user of the daemon (root chowns new objects to their creator).
     euid: u32,
+    /// In the multi-user tree, the attaching user (uid, gid): the root shows as theirs, and
+    /// requests run with switched file-system credentials, so new objects need no chown and
+    /// shared open files need an explicit access check.
+    pub(crate) attach_owner: Option<(u32, u32)>,
     /// Backing entries already reported as undecryptable (directory node, backing name).
     pub(crate) warned: Mutex<HashSet<(u64, Vec<u8>)>>,
 }
@@ -54,8 +58,25 @@ impl CloakFs {
                 format!("cipher directory {}: {e}", cipherdir.display()),
             )
         })?;
+        Self::from_fd(volume, fd, ttl, read_only, 0, None)
+    }
+
+    /// Serves `volume` from the cipher directory behind (`O_PATH`) descriptor `fd`. `base`
+    /// and `attach_owner` are 0 and None for a mount of its own, else the attach's node
+    /// number base and owner in the multi-user tree.
+    pub(crate) fn from_fd(
+        volume: Volume,
+        fd: OwnedFd,
+        ttl: Duration,
+        read_only: bool,
+        base: u64,
+        attach_owner: Option<(u32, u32)>,
+    ) -> std::io::Result<Self> {
         let meta = Meta::from_stat(&rustix::fs::fstat(&fd)?);
-        let inodes = InodeTable::new(fd, &meta, volume.root_dir_id());
+        if meta.kind() != Some(fuser::FileType::Directory) {
+            return Err(std::io::Error::from_raw_os_error(libc::ENOTDIR));
+        }
+        let inodes = InodeTable::new(fd, &meta, volume.root_dir_id(), base);
         let layout = volume.content().layout();
         let max_size = (i64::MAX as u64 - cloakfs_core::layout::HEADER_LEN)
             / layout.cipher_block_size()
@@ -70,6 +91,7 @@ impl CloakFs {
             ttl,
             read_only,
             euid: rustix::process::geteuid().as_raw(),
+            attach_owner,
             warned: Mutex::new(HashSet::new()),
         })
     }
@@ -124,8 +146,9 @@ impl CloakFs {
     /// Who owns an object that request `req` creates, when that must be set explicitly: a
     /// root daemon serving another user (allow_other) gives new objects to the caller. The
     /// group is left alone under a set-group-ID parent, whose group new objects inherit.
+    /// In the tree, requests already run as the right user.
     pub(crate) fn new_owner(&self, req: &Request, parent: &Inode) -> Option<(u32, Option<u32>)> {
-        if self.euid != 0 || req.uid() == 0 {
+        if self.euid != 0 || req.uid() == 0 || self.attach_owner.is_some() {
             return None;
         }
         let sgid = rustix::fs::fstat(parent.fd())
@@ -159,7 +182,36 @@ impl CloakFs {
             Kind::Dir => m.size,
             Kind::Special => 0,
         };
-        attr::file_attr(inode.nodeid, m, size)
+        let mut a = attr::file_attr(inode.nodeid, m, size);
+        if let Some((uid, gid)) = self.attach_owner {
+            if inode.nodeid == self.inodes.root() {
+                // What the tree shows of an attach: its owner's private directory.
+                a.uid = uid;
+                a.gid = gid;
+                a.perm = 0o700;
+            }
+        }
+        a
+    }
+
+    /// How long the kernel may cache the attributes of `ino`: not at all for an attach root
+    /// in the tree, so every stat of it reaches the gate.
+    pub(crate) fn attr_ttl(&self, ino: INodeNo) -> Duration {
+        if self.attach_owner.is_some() && ino.0 == self.inodes.root() {
+            Duration::ZERO
+        } else {
+            self.ttl
+        }
+    }
+
+    /// In the tree, checks `access` on `inode`'s backing object with the thread's current
+    /// (switched) file-system credentials. Needed where no backing open happens that the
+    /// kernel would check, e.g. when an already open shared file is reused.
+    pub(crate) fn check_access(&self, inode: &Inode, access: rustix::fs::Access) -> Res<()> {
+        if self.attach_owner.is_none() || access.is_empty() {
+            return Ok(());
+        }
+        sys::eaccess(inode.fd(), access).map_err(errno)
     }
 
     /// Fresh attributes of `inode`.
@@ -221,7 +273,7 @@ impl CloakFs {
     /// Closes every backing file and directory (at unmount). Every write already reached
     /// the backing files (writes are synchronous), so nothing else is pending; making it
     /// durable (syncfs) is left to the caller.
-    pub(crate) fn shutdown(&mut self) {
+    pub(crate) fn shutdown(&self) {
         self.dirs.lock().unwrap_or_else(|e| e.into_inner()).clear();
         drop(self.inodes.drain());
     }
@@ -229,7 +281,7 @@ impl CloakFs {
 
 impl CloakFs {
     pub(crate) fn do_statfs(&self) -> Res<(u64, u64, u64, u64, u64, u32, u32)> {
-        let root = self.node(INodeNo(crate::inode::ROOT))?;
+        let root = self.node(INodeNo(self.inodes.root()))?;
         let st = rustix::fs::fstatfs(root.fd()).map_err(errno)?;
         let bsize = u32::try_from(st.f_bsize).unwrap_or(4096);
         let frsize = u32::try_from(st.f_frsize).unwrap_or(bsize);
@@ -252,10 +304,15 @@ impl CloakFs {
         if mask == AccessFlags::F_OK || inode.kind == Kind::Symlink {
             return Ok(());
         }
+        let access = rustix::fs::Access::from_bits_retain(mask.bits() as u32);
+        if self.attach_owner.is_some() {
+            // As the switched file-system ids, not the real ones (root).
+            return sys::eaccess(inode.fd(), access).map_err(errno);
+        }
         rustix::fs::accessat(
             rustix::fs::CWD,
             sys::proc_path(inode.fd()),
-            rustix::fs::Access::from_bits_retain(mask.bits() as u32),
+            access,
             AtFlags::empty(),
         )
         .map_err(errno)

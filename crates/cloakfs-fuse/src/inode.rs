@@ -5,6 +5,10 @@
 //! cipher directory), so numbers stay stable across lookups and mounts; anything else gets a
 //! number from a private range. Holding the descriptor keeps the backing inode alive, so its
 //! number cannot be reused while the kernel still knows the node.
+//!
+//! In the multi-user tree several tables share one FUSE number space: each gets a *base*
+//! (`attach_id << 40`) and numbers its nodes `base | n` from a private counter, its root
+//! being `base | 1`, so no two attaches can ever hand out the same number.
 
 use crate::attr::Meta;
 use cloakfs_core::content::ContentCodec;
@@ -17,6 +21,10 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
 /// FUSE's number for the root directory.
 pub(crate) const ROOT: u64 = 1;
+/// Bits of a node number local to one table in the multi-user tree (the rest is the base).
+pub(crate) const LOCAL_BITS: u32 = 40;
+/// Mask of the local part of a node number in the multi-user tree.
+const LOCAL_MASK: u64 = (1 << LOCAL_BITS) - 1;
 /// Node numbers from here up are handed out for objects whose inode number cannot serve.
 const SYNTHETIC_BASE: u64 = 1 << 63;
 
@@ -195,6 +203,7 @@ struct Entry {
 struct Tables {
     nodes: HashMap<u64, Entry>,
     keys: HashMap<(u64, u64), u64>,
+    /// Last number handed out from the private range (or, with a base, the local counter).
     next_synthetic: u64,
 }
 
@@ -202,20 +211,26 @@ struct Tables {
 pub(crate) struct InodeTable {
     inner: RwLock<Tables>,
     root_dev: u64,
+    /// 0 for a mount of its own (numbers from backing inodes); else the high bits every
+    /// number of this table carries in the multi-user tree.
+    base: u64,
 }
 
 impl InodeTable {
     /// A table holding only the root, whose backing directory is `fd` with ID `root_id`.
-    pub(crate) fn new(fd: OwnedFd, m: &Meta, root_id: DirId) -> Self {
-        let root = Inode::new(ROOT, fd, m);
+    /// `base` is 0 for a mount of its own, else `attach_id << LOCAL_BITS`.
+    pub(crate) fn new(fd: OwnedFd, m: &Meta, root_id: DirId, base: u64) -> Self {
+        debug_assert_eq!(base & LOCAL_MASK, 0);
+        let root_nodeid = base | ROOT;
+        let root = Inode::new(root_nodeid, fd, m);
         let _ = root.dir_id.set(root_id);
         let mut t = Tables {
-            next_synthetic: SYNTHETIC_BASE,
+            next_synthetic: if base == 0 { SYNTHETIC_BASE } else { ROOT },
             ..Tables::default()
         };
-        t.keys.insert(root.key, ROOT);
+        t.keys.insert(root.key, root_nodeid);
         t.nodes.insert(
-            ROOT,
+            root_nodeid,
             Entry {
                 inode: Arc::new(root),
                 lookups: 1,
@@ -224,7 +239,23 @@ impl InodeTable {
         Self {
             inner: RwLock::new(t),
             root_dev: m.dev,
+            base,
         }
+    }
+
+    /// The number of this table's root.
+    pub(crate) fn root(&self) -> u64 {
+        self.base | ROOT
+    }
+
+    /// Whether numbers come from a per-table counter (the multi-user tree).
+    pub(crate) fn is_tree(&self) -> bool {
+        self.base != 0
+    }
+
+    /// Every node number the kernel currently holds (for cache invalidations).
+    pub(crate) fn node_ids(&self) -> Vec<u64> {
+        self.read().nodes.keys().copied().collect()
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Tables> {
@@ -241,7 +272,7 @@ impl InodeTable {
     }
 
     fn plain_number(&self, dev: u64, ino: u64) -> bool {
-        dev == self.root_dev && ino > ROOT && ino < SYNTHETIC_BASE
+        self.base == 0 && dev == self.root_dev && ino > ROOT && ino < SYNTHETIC_BASE
     }
 
     /// The number a directory listing reports for backing inode `ino` of device `dev`.
@@ -251,6 +282,9 @@ impl InodeTable {
         }
         if self.plain_number(dev, ino) {
             ino
+        } else if self.base != 0 {
+            // Only a hint, but inside this table's range.
+            self.base | LOCAL_MASK
         } else {
             // Only a hint: readdir numbers are not node IDs.
             SYNTHETIC_BASE - 1
@@ -270,6 +304,19 @@ impl InodeTable {
         }
         let nodeid = if self.plain_number(m.dev, m.ino) && !t.nodes.contains_key(&m.ino) {
             m.ino
+        } else if self.base != 0 {
+            // Wraps within the local range (never 0, the root or the readdir hint), skipping
+            // numbers still in use: a number the kernel has forgotten may be given again.
+            loop {
+                t.next_synthetic = if t.next_synthetic >= LOCAL_MASK - 1 {
+                    ROOT + 1
+                } else {
+                    t.next_synthetic + 1
+                };
+                if !t.nodes.contains_key(&(self.base | t.next_synthetic)) {
+                    break self.base | t.next_synthetic;
+                }
+            }
         } else {
             t.next_synthetic += 1;
             t.next_synthetic
@@ -288,7 +335,7 @@ impl InodeTable {
 
     /// Drops `n` kernel references to `nodeid`; the last one frees the node.
     pub(crate) fn forget(&self, nodeid: u64, n: u64) {
-        if nodeid == ROOT {
+        if nodeid == self.root() {
             return;
         }
         let mut t = self.write();

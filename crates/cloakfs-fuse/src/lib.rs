@@ -14,8 +14,13 @@
 //! regular files go through one shared `cloakfs_core::file::ContentFile` per node (`file`,
 //! `fs`); `user.*` xattrs are encrypted (`xattr`); `attr` converts `stat`s and `sys` wraps the
 //! remaining system calls.
+//!
+//! The multi-user tree ([`mount_tree`], `tree`) serves many cipher directories under one
+//! mount, one `fs::CloakFs` each, routing every request by its node number and running it
+//! with the caller's (or the attach owner's) file-system credentials (`creds`).
 
 mod attr;
+mod creds;
 mod dir;
 mod entry;
 mod file;
@@ -24,8 +29,13 @@ mod inode;
 mod ops;
 mod readdir;
 mod sys;
-mod xattr;
 pub mod tree;
+mod tree_ops;
+mod xattr;
+
+pub use tree::{
+    mount_tree, Access, AttachId, AttachSpec, Caller, Gate, MountedTree, Need, TreeHandle, Verdict,
+};
 
 use cloakfs_core::Volume;
 use fuser::{MountOption, SessionACL};
@@ -116,6 +126,18 @@ impl MountOptions {
         config.clone_fd = true;
         config
     }
+
+    /// The session configuration of the multi-user tree: these options, but every user
+    /// admitted, no default_permissions, and at least 16 workers.
+    fn tree_session_config(&self) -> fuser::Config {
+        let mut config = self.session_config();
+        config
+            .mount_options
+            .retain(|o| *o != MountOption::DefaultPermissions);
+        config.acl = SessionACL::All;
+        config.n_threads = Some(self.threads.max(16));
+        config
+    }
 }
 
 /// What a `-o` option means to the FUSE mount.
@@ -196,9 +218,23 @@ pub fn mount(
 ) -> io::Result<Mounted> {
     sys::raise_nofile_limit();
     let fs = fs::CloakFs::new(volume, cipherdir, opts.cache_timeout, opts.read_only)?;
+    let session = new_session(fs, mountpoint, &opts.session_config())?;
+    Ok(Mounted {
+        session,
+        mountpoint: mountpoint.to_path_buf(),
+    })
+}
+
+/// Mounts `fs` (the FUSE handshake included), with hints in mount errors, and raises the
+/// mount's readahead.
+fn new_session<FS: fuser::Filesystem>(
+    fs: FS,
+    mountpoint: &Path,
+    config: &fuser::Config,
+) -> io::Result<fuser::Session<FS>> {
     // Resolved now: once mounted, looking at the mount point waits for the server.
     let canonical = std::fs::canonicalize(mountpoint).ok();
-    let session = fuser::Session::new(fs, mountpoint, &opts.session_config()).map_err(|e| {
+    let session = fuser::Session::new(fs, mountpoint, config).map_err(|e| {
         let hint = match e.kind() {
             io::ErrorKind::NotFound if !Path::new("/dev/fuse").exists() => {
                 " (/dev/fuse is missing: load the fuse module)"
@@ -217,10 +253,7 @@ pub fn mount(
     if let Some(p) = canonical {
         sys::raise_readahead(&p, u64::from(ops::MAX_WRITE / 1024));
     }
-    Ok(Mounted {
-        session,
-        mountpoint: mountpoint.to_path_buf(),
-    })
+    Ok(session)
 }
 
 impl Mounted {
@@ -229,36 +262,41 @@ impl Mounted {
     /// cipher directory afterwards for durability). Logs one info line when it ends normally,
     /// one error line otherwise.
     pub fn run(self) -> io::Result<()> {
-        let Mounted {
-            session,
-            mountpoint,
-        } = self;
-        let mut background = session.spawn()?;
-        // fuser unmounts again when its session handle goes, even after the unmount that
-        // ended the session (its "still mounted?" check cannot tell): as root that fails
-        // noisily, without root it runs `fusermount3 -u -z`, which could detach a new mount
-        // at the same place. So the handle (mount record and one /dev/fuse descriptor, both
-        // inert after the unmount) is leaked on purpose, and only its thread is joined.
-        let worker = std::mem::replace(&mut background.guard, std::thread::spawn(|| Ok(())));
-        std::mem::forget(background);
-        let r = worker
-            .join()
-            .unwrap_or_else(|_| Err(io::Error::other("FUSE session thread panicked")));
-        match &r {
-            Ok(()) => tracing::info!("{}: unmounted", mountpoint.display()),
-            Err(e) => {
-                tracing::error!("{}: FUSE session failed: {e}", mountpoint.display());
-                // The kernel may still hold a mount nobody serves: detach it.
-                sys::detach(&mountpoint);
-            }
-        }
-        r
+        serve(self.session, self.mountpoint)
     }
 
     /// A handle for sending cache invalidations to the kernel.
     pub fn notifier(&self) -> fuser::Notifier {
         self.session.notifier()
     }
+}
+
+/// Serves `session` until the file system at `mountpoint` is unmounted (see
+/// [`Mounted::run`]).
+fn serve<FS: fuser::Filesystem>(
+    session: fuser::Session<FS>,
+    mountpoint: PathBuf,
+) -> io::Result<()> {
+    let mut background = session.spawn()?;
+    // fuser unmounts again when its session handle goes, even after the unmount that
+    // ended the session (its "still mounted?" check cannot tell): as root that fails
+    // noisily, without root it runs `fusermount3 -u -z`, which could detach a new mount
+    // at the same place. So the handle (mount record and one /dev/fuse descriptor, both
+    // inert after the unmount) is leaked on purpose, and only its thread is joined.
+    let worker = std::mem::replace(&mut background.guard, std::thread::spawn(|| Ok(())));
+    std::mem::forget(background);
+    let r = worker
+        .join()
+        .unwrap_or_else(|_| Err(io::Error::other("FUSE session thread panicked")));
+    match &r {
+        Ok(()) => tracing::info!("{}: unmounted", mountpoint.display()),
+        Err(e) => {
+            tracing::error!("{}: FUSE session failed: {e}", mountpoint.display());
+            // The kernel may still hold a mount nobody serves: detach it.
+            sys::detach(&mountpoint);
+        }
+    }
+    r
 }
 
 #[cfg(test)]

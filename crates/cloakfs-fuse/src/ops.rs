@@ -37,37 +37,44 @@ fn reply_empty(reply: ReplyEmpty, r: Res<()>) {
     }
 }
 
+/// Negotiates the connection: large writes, readdirplus, parallel directory operations,
+/// kept caches... and, only if `writeback`, the kernel's writeback cache (the multi-user tree
+/// leaves it off: cached writes reach us from kernel threads with the wrong caller).
+pub(crate) fn negotiate(config: &mut KernelConfig, writeback: bool) {
+    let mut want = InitFlags::FUSE_ASYNC_READ
+        | InitFlags::FUSE_BIG_WRITES
+        | InitFlags::FUSE_MAX_PAGES
+        | InitFlags::FUSE_PARALLEL_DIROPS
+        | InitFlags::FUSE_ATOMIC_O_TRUNC
+        | InitFlags::FUSE_AUTO_INVAL_DATA
+        | InitFlags::FUSE_ASYNC_DIO
+        | InitFlags::FUSE_CACHE_SYMLINKS
+        | InitFlags::FUSE_DO_READDIRPLUS
+        | InitFlags::FUSE_READDIRPLUS_AUTO;
+    if writeback {
+        // The kernel then keeps written pages and sends them in large batches; it also
+        // handles O_APPEND and mtime itself.
+        want |= InitFlags::FUSE_WRITEBACK_CACHE;
+    }
+    let _ = config.add_capabilities(want & config.capabilities());
+    if let Err(max) = config.set_max_write(MAX_WRITE) {
+        let _ = config.set_max_write(max);
+    }
+    if let Err(max) = config.set_max_readahead(u32::MAX) {
+        let _ = config.set_max_readahead(max);
+    }
+    let _ = config.set_max_background(MAX_BACKGROUND);
+    let _ = config.set_congestion_threshold(MAX_BACKGROUND * 3 / 4);
+    tracing::debug!(
+        "FUSE capabilities offered {:?}, negotiated {:?}",
+        config.capabilities(),
+        want & config.capabilities()
+    );
+}
+
 impl Filesystem for CloakFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let mut want = InitFlags::FUSE_ASYNC_READ
-            | InitFlags::FUSE_BIG_WRITES
-            | InitFlags::FUSE_MAX_PAGES
-            | InitFlags::FUSE_PARALLEL_DIROPS
-            | InitFlags::FUSE_ATOMIC_O_TRUNC
-            | InitFlags::FUSE_AUTO_INVAL_DATA
-            | InitFlags::FUSE_ASYNC_DIO
-            | InitFlags::FUSE_CACHE_SYMLINKS
-            | InitFlags::FUSE_DO_READDIRPLUS
-            | InitFlags::FUSE_READDIRPLUS_AUTO;
-        if !self.read_only {
-            // The kernel then keeps written pages and sends them in large batches; it also
-            // handles O_APPEND and mtime itself.
-            want |= InitFlags::FUSE_WRITEBACK_CACHE;
-        }
-        let _ = config.add_capabilities(want & config.capabilities());
-        if let Err(max) = config.set_max_write(MAX_WRITE) {
-            let _ = config.set_max_write(max);
-        }
-        if let Err(max) = config.set_max_readahead(u32::MAX) {
-            let _ = config.set_max_readahead(max);
-        }
-        let _ = config.set_max_background(MAX_BACKGROUND);
-        let _ = config.set_congestion_threshold(MAX_BACKGROUND * 3 / 4);
-        tracing::debug!(
-            "FUSE capabilities offered {:?}, negotiated {:?}",
-            config.capabilities(),
-            want & config.capabilities()
-        );
+        negotiate(config, !self.read_only);
         Ok(())
     }
 
@@ -90,7 +97,7 @@ impl Filesystem for CloakFs {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.node(ino).and_then(|i| self.stat(&i)) {
-            Ok(attr) => reply.attr(&self.ttl, &attr),
+            Ok(attr) => reply.attr(&self.attr_ttl(ino), &attr),
             Err(e) => reply.error(e),
         }
     }
@@ -106,15 +113,15 @@ impl Filesystem for CloakFs {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
+        fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        match self.do_setattr(ino, mode, uid, gid, size, atime, mtime) {
-            Ok(attr) => reply.attr(&self.ttl, &attr),
+        match self.do_setattr(ino, mode, uid, gid, size, atime, mtime, fh.is_some()) {
+            Ok(attr) => reply.attr(&self.attr_ttl(ino), &attr),
             Err(e) => reply.error(e),
         }
     }

@@ -65,6 +65,33 @@ pub(crate) fn reopen(fd: BorrowedFd<'_>, flags: OFlags) -> rustix::io::Result<Ow
     )
 }
 
+/// `faccessat2(/proc/self/fd/N, access, AT_EACCESS)`: whether the object behind `fd` allows
+/// `access` to the thread's current file-system ids (switched per request in the tree).
+/// Called directly, never emulated: an emulation would check as the real user, root.
+pub(crate) fn eaccess(fd: BorrowedFd<'_>, access: rustix::fs::Access) -> rustix::io::Result<()> {
+    let path = std::ffi::CString::new(proc_path(fd)).map_err(|_| rustix::io::Errno::INVAL)?;
+    // SAFETY: `path` is a valid NUL-terminated string that outlives the call; the other
+    // arguments are plain integers. faccessat2 only reads the path.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_faccessat2,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            access.bits() as libc::c_int,
+            libc::AT_EACCESS,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(rustix::io::Errno::from_raw_os_error(
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO),
+        ))
+    }
+}
+
 /// Reads a small file `name` inside `dir` (at most `max` bytes; more is an error).
 pub(crate) fn read_small(dir: BorrowedFd<'_>, name: &str, max: usize) -> std::io::Result<Vec<u8>> {
     let fd = rustix::fs::openat(

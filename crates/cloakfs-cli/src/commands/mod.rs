@@ -1,5 +1,7 @@
 //! One module per subcommand.
 
+pub mod attach;
+pub mod authz;
 pub mod cat;
 pub mod export;
 pub mod fsck;
@@ -9,5 +11,6 @@ pub mod mount;
 pub mod name;
 pub mod passwd;
 pub mod rekey;
+pub mod serve;
 pub mod slots;
 pub mod unmount;

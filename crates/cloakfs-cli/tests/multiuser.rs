@@ -1,0 +1,738 @@
+//! The multi-user daemon end to end: the real `cloakfs daemon` as root, real users made with
+//! useradd, real Unix sessions (setsid), every command run as its user.
+//!
+//! Each user works in a `Shell`: one long-lived `sh` that is the leader of its own session,
+//! fed commands on stdin, so "the same session" and "another session" are real.
+
+mod common;
+
+use common::{s, BIN, CHEAP_KDF};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a condition may take before a test gives up.
+const DEADLINE: Duration = Duration::from_secs(30);
+
+struct User {
+    name: &'static str,
+    uid: u32,
+    gid: u32,
+}
+
+fn user(name: &'static str) -> User {
+    let id = |flag: &str| -> Option<u32> {
+        let o = Command::new("id").args([flag, name]).output().ok()?;
+        String::from_utf8_lossy(&o.stdout).trim().parse().ok()
+    };
+    if id("-u").is_none() {
+        let st = Command::new("useradd")
+            .args([
+                "--system",
+                "--user-group",
+                "--no-create-home",
+                "--shell",
+                "/bin/sh",
+                name,
+            ])
+            .status()
+            .unwrap();
+        // A parallel test may have made it first.
+        assert!(st.success() || id("-u").is_some(), "useradd {name} failed");
+    }
+    User {
+        name,
+        uid: id("-u").unwrap(),
+        gid: id("-g").unwrap(),
+    }
+}
+
+/// One running daemon with its own tree root and socket, and a work area users can reach.
+struct Daemon {
+    child: Child,
+    root: PathBuf,
+    socket: PathBuf,
+    work: tempfile::TempDir,
+    bin_dir: PathBuf,
+}
+
+impl Daemon {
+    fn start() -> Self {
+        let work = tempfile::Builder::new()
+            .prefix("cloakfs-mu-")
+            .tempdir_in("/tmp")
+            .unwrap();
+        std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        // The test binary's directory may not be reachable by other users.
+        let bin_dir = work.path().join("bin");
+        std::fs::create_dir(&bin_dir).unwrap();
+        std::fs::copy(BIN, bin_dir.join("cloakfs")).unwrap();
+        // Where every user may leave files for the test to read (like /tmp).
+        let drop_box = work.path().join("shared");
+        std::fs::create_dir(&drop_box).unwrap();
+        std::fs::set_permissions(&drop_box, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let root = work.path().join("crypt");
+        let socket = work.path().join("control.sock");
+        let mut child = Command::new(BIN)
+            .args(["daemon", "--root", s(&root), "--socket", s(&socket)])
+            .args(["--max-wait", "20s"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(
+            line.contains("ready"),
+            "daemon did not start: {line:?} ({:?})",
+            child.try_wait()
+        );
+        Daemon {
+            child,
+            root,
+            socket,
+            work,
+            bin_dir,
+        }
+    }
+
+    /// A directory owned by `u`, mode 0700, with a volume in `cipher` and a passfile.
+    fn home(&self, u: &User) -> PathBuf {
+        let home = self.work.path().join(u.name);
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::write(home.join("pass"), "correct horse battery\n").unwrap();
+        chown_r(&home, u);
+        std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).unwrap();
+        home
+    }
+
+    /// A shell of `u` in a new Unix session.
+    fn shell(&self, u: &User) -> Shell {
+        Shell::new(u, self)
+    }
+
+    fn ls_root(&self) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(&self.root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // SAFETY: kill on the daemon's own pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
+        if common::is_mounted(&self.root) {
+            let _ = Command::new("fusermount3")
+                .arg("-uz")
+                .arg(&self.root)
+                .status();
+        }
+    }
+}
+
+fn chown_r(p: &Path, u: &User) {
+    let st = Command::new("chown")
+        .arg("-R")
+        .arg(format!("{}:{}", u.uid, u.gid))
+        .arg(p)
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+/// A user's shell, leader of its own session, driven through its standard input.
+struct Shell {
+    child: Child,
+    stdin: ChildStdin,
+    out: BufReader<ChildStdout>,
+    /// The Unix session ID (the shell is its leader).
+    sid: u32,
+}
+
+impl Shell {
+    fn new(u: &User, d: &Daemon) -> Self {
+        let mut child = Command::new("setpriv")
+            .arg(format!("--reuid={}", u.uid))
+            .arg(format!("--regid={}", u.gid))
+            .arg("--init-groups")
+            .args(["setsid", "sh", "-s"])
+            .env_clear()
+            .env(
+                "PATH",
+                format!("{}:/usr/bin:/bin:/usr/sbin:/sbin", s(&d.bin_dir)),
+            )
+            .env("CLOAKFS_SOCKET", &d.socket)
+            .env("HOME", d.work.path().join(u.name))
+            .env("LC_ALL", "C")
+            .current_dir("/")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let out = BufReader::new(child.stdout.take().unwrap());
+        let mut sh = Shell {
+            sid: 0,
+            child,
+            stdin,
+            out,
+        };
+        let (rc, sid) = sh.run("ps -o sid= -p $$");
+        assert_eq!(rc, 0);
+        sh.sid = sid.trim().parse().unwrap();
+        sh
+    }
+
+    /// Runs `cmd` (stdout and stderr together); returns its status and output.
+    fn run(&mut self, cmd: &str) -> (i32, String) {
+        writeln!(self.stdin, "{{ {cmd}\n}} 2>&1; echo \"__rc=$?\"").unwrap();
+        self.stdin.flush().unwrap();
+        let mut out = String::new();
+        loop {
+            let mut line = String::new();
+            let n = self.out.read_line(&mut line).unwrap();
+            assert!(
+                n > 0,
+                "shell died while running {cmd:?}; output so far: {out}"
+            );
+            if let Some(rc) = line.trim_end().strip_prefix("__rc=") {
+                return (rc.parse().unwrap(), out);
+            }
+            out.push_str(&line);
+        }
+    }
+
+    /// Runs `cmd` and asserts it succeeded; returns its output.
+    fn ok(&mut self, cmd: &str) -> String {
+        let (rc, out) = self.run(cmd);
+        assert_eq!(rc, 0, "{cmd:?} failed: {out}");
+        out
+    }
+
+    /// Runs `cmd` and asserts it failed; returns its output.
+    fn fails(&mut self, cmd: &str) -> String {
+        let (rc, out) = self.run(cmd);
+        assert_ne!(rc, 0, "{cmd:?} should have failed: {out}");
+        out
+    }
+}
+
+impl Drop for Shell {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `cond` until it holds; panics with `what` at the deadline.
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Alice's volume, attached as `name` from her shell, holding `secret.txt`.
+fn attach_alice(d: &Daemon, alice: &User, sh: &mut Shell, name: &str, extra: &str) -> PathBuf {
+    let home = d.home(alice);
+    let cipher = home.join("cipher");
+    // 0700: without `bypass`, nobody else passes the lower file system's checks.
+    sh.ok(&format!(
+        "cloakfs init --passfile {h}/pass {kdf} {c} && chmod 700 {c}",
+        h = s(&home),
+        kdf = CHEAP_KDF.join(" "),
+        c = s(&cipher)
+    ));
+    sh.ok(&format!(
+        "cloakfs attach --passfile {h}/pass {extra} {c} {name}",
+        h = s(&home),
+        c = s(&cipher)
+    ));
+    let plain = d.root.join(name);
+    sh.ok(&format!("echo top secret > {}/secret.txt", s(&plain)));
+    plain
+}
+
+/// The sessions of attach `name` as JSON, seen by `sh` (which needs the permission).
+fn sessions(sh: &mut Shell, name: &str) -> Vec<serde_json::Value> {
+    let out = sh.ok(&format!("cloakfs sessions --json {name}"));
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+fn session_of(sh: &mut Shell, name: &str, uid: u32) -> serde_json::Value {
+    sessions(sh, name)
+        .into_iter()
+        .find(|s| s["uid"] == uid && s["state"] != "revoked")
+        .unwrap_or_else(|| panic!("no session of uid {uid}"))
+}
+
+#[test]
+fn owner_works_others_are_denied() {
+    let d = Daemon::start();
+    let (alice, bob) = (user("cfs-alice"), user("cfs-bob"));
+    let mut a = d.shell(&alice);
+    let plain = attach_alice(&d, &alice, &mut a, "proj", "");
+    let p = s(&plain);
+    assert_eq!(a.ok(&format!("cat {p}/secret.txt")), "top secret\n");
+    assert!(a
+        .ok(&format!("stat -c '%U %a' {p}"))
+        .starts_with("cfs-alice 700"));
+    assert_eq!(d.ls_root(), vec!["proj"]);
+
+    // Another user, and the owner in another session, are refused before any decryption.
+    let mut b = d.shell(&bob);
+    assert!(b
+        .fails(&format!("cat {p}/secret.txt"))
+        .contains("ermission denied"));
+    b.fails(&format!("ls {p}"));
+    let mut a2 = d.shell(&alice);
+    a2.fails(&format!("cat {p}/secret.txt"));
+    // And the status shows the owner's attach and session.
+    let st = a.ok("cloakfs status --json");
+    let st: serde_json::Value = serde_json::from_str(&st).unwrap();
+    assert_eq!(st["attaches"][0]["name"], "proj");
+    assert_eq!(st["sessions"][0]["entity"]["id"], a.sid);
+
+    // Nobody, not even root, creates anything in the tree root.
+    assert!(std::fs::write(d.root.join("intruder"), b"x").is_err());
+    assert!(std::fs::create_dir(d.root.join("intruder")).is_err());
+    // Only ciphertext in the cipher directory.
+    let out = Command::new("grep")
+        .args(["-r", "top secret"])
+        .arg(d.work.path().join("cfs-alice/cipher"))
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "plaintext found in the cipher directory"
+    );
+}
+
+#[test]
+fn read_only_grant_and_session_binding() {
+    let d = Daemon::start();
+    let (alice, bob) = (user("cfs-alice"), user("cfs-bob"));
+    let mut a = d.shell(&alice);
+    let plain = attach_alice(&d, &alice, &mut a, "shared", "");
+    let p = s(&plain);
+    // Bob shares no group with alice: bypass lets him use her files as their owner.
+    let mut b1 = d.shell(&bob);
+    let mut b2 = d.shell(&bob);
+    a.ok(&format!(
+        "cloakfs authz add shared --session {} --perms read,bypass",
+        b1.sid
+    ));
+    let list = a.ok("cloakfs authz list --json shared");
+    assert!(list.contains(&format!("\"id\": {}", b1.sid)), "{list}");
+
+    // Not yet authenticated: refused.
+    b1.fails(&format!("cat {p}/secret.txt"));
+    b1.ok("cloakfs auth shared");
+    assert_eq!(b1.ok(&format!("cat {p}/secret.txt")), "top secret\n");
+    assert!(b1
+        .fails(&format!("echo evil > {p}/secret.txt"))
+        .contains("ermission denied"));
+    b1.fails(&format!("touch {p}/new"));
+    assert_eq!(a.ok(&format!("cat {p}/secret.txt")), "top secret\n");
+
+    // The same user in another session is not covered by the grant.
+    b2.fails("cloakfs auth shared");
+    b2.fails(&format!("cat {p}/secret.txt"));
+
+    // A grant cannot exceed what the granter holds: bob holds no add-authz at all.
+    b1.fails(&format!(
+        "cloakfs authz add shared --user {} --perms read",
+        bob.uid
+    ));
+}
+
+#[test]
+fn bypass_is_needed_for_files_bob_cannot_touch() {
+    let d = Daemon::start();
+    let (alice, bob) = (user("cfs-alice"), user("cfs-bob"));
+    let mut a = d.shell(&alice);
+    let plain = attach_alice(&d, &alice, &mut a, "adhoc", "");
+    let p = s(&plain);
+    let mut b = d.shell(&bob);
+    a.ok("cloakfs authz add adhoc --user cfs-bob --perms read,write");
+    b.ok("cloakfs auth adhoc");
+    // Lower-level checks run as bob: alice's cipher directory is 0700.
+    assert!(b
+        .fails(&format!("cat {p}/secret.txt"))
+        .contains("ermission denied"));
+    // With bypass, bob works on the files as their owner (an ad-hoc group of two).
+    let out = a.ok("cloakfs authz add adhoc --user cfs-bob --perms read,write,bypass");
+    let id = out
+        .split_whitespace()
+        .nth(2)
+        .unwrap_or_else(|| panic!("no ID in {out:?}"));
+    b.ok(&format!("cloakfs auth adhoc --authz {id}"));
+    b.ok(&format!("echo from bob > {p}/bob.txt"));
+    assert_eq!(a.ok(&format!("cat {p}/bob.txt")), "from bob\n");
+    assert!(a
+        .ok(&format!("stat -c %U {p}/bob.txt"))
+        .starts_with("cfs-alice"));
+}
+
+#[test]
+fn revoke_takes_effect_at_once_and_for_good() {
+    let d = Daemon::start();
+    let (alice, bob) = (user("cfs-alice"), user("cfs-bob"));
+    let mut a = d.shell(&alice);
+    let plain = attach_alice(&d, &alice, &mut a, "rv", "");
+    let p = s(&plain);
+    let mut b = d.shell(&bob);
+    a.ok("cloakfs authz add rv --user cfs-bob --perms read,bypass");
+    b.ok("cloakfs auth rv");
+    b.ok(&format!("cd {p} && cat secret.txt"));
+    let id = session_of(&mut a, "rv", bob.uid)["id"].as_u64().unwrap();
+    a.ok(&format!("cloakfs revoke rv {id}"));
+    // The next request fails, even from a working directory inside the attach.
+    assert!(b.fails("cat secret.txt").contains("ermission denied"));
+    b.fails(&format!("cat {p}/secret.txt"));
+    // A revoked session cannot come back.
+    b.fails("cloakfs auth rv");
+    b.fails(&format!("cat {p}/secret.txt"));
+    let st = sessions(&mut a, "rv");
+    assert!(st.iter().any(|s| s["id"] == id && s["state"] == "revoked"));
+}
+
+/// Bob's session with `--session-ttl 1s --on-timeout behaviour`, timed out, with an open
+/// descriptor 3 on `big.bin` taken while it was active. Returns bob's shell.
+fn timed_out(d: &Daemon, a: &mut Shell, name: &str, behaviour: &str, extra: &str) -> Shell {
+    let bob = user("cfs-bob");
+    let p = d.root.join(name);
+    a.ok(&format!(
+        "head -c 300000 /dev/urandom > {p}/big.bin && echo second > {p}/other.txt",
+        p = s(&p)
+    ));
+    a.ok(&format!(
+        "cloakfs authz add {name} --user cfs-bob --perms read,bypass --session-ttl 1s \
+         --on-timeout {behaviour} {extra}"
+    ));
+    let mut b = d.shell(&bob);
+    b.ok(&format!("cloakfs auth {name}"));
+    b.ok(&format!(
+        "exec 3< {}/big.bin; head -c 1000 <&3 >/dev/null",
+        s(&p)
+    ));
+    let id = session_of(a, name, bob.uid)["id"].clone();
+    wait_for("the session to time out", || {
+        sessions(a, name)
+            .iter()
+            .any(|s| s["id"] == id && s["state"] == "timed-out")
+    });
+    b
+}
+
+#[test]
+fn timeout_fail_all_and_callback() {
+    let d = Daemon::start();
+    let alice = user("cfs-alice");
+    let bob = user("cfs-bob");
+    let mut a = d.shell(&alice);
+    let plain = attach_alice(&d, &alice, &mut a, "fa", "");
+    let cb = d.work.path().join("shared/callback.out");
+    let mut b = timed_out(
+        &d,
+        &mut a,
+        "fa",
+        "fail-all",
+        &format!("--callback 'echo \"$1 $2 $(id -u)\" >> {}'", s(&cb)),
+    );
+    let p = s(&plain);
+    b.fails(&format!("cat {p}/other.txt"));
+    // Even the descriptor opened before the timeout fails now.
+    b.fails("head -c 1000 <&3 | wc -c | grep -qx 1000");
+    wait_for("the callback", || {
+        std::fs::read_to_string(&cb)
+            .unwrap_or_default()
+            .contains("fa ")
+    });
+    let line = std::fs::read_to_string(&cb).unwrap();
+    assert!(line.ends_with(&format!(" {}\n", bob.uid)), "{line}");
+    // A timed-out session may re-authenticate.
+    b.ok("cloakfs auth fa");
+    assert_eq!(b.ok(&format!("cat {p}/other.txt")), "second\n");
+}
+
+#[test]
+fn timeout_fail_new_keeps_open_files() {
+    let d = Daemon::start();
+    let alice = user("cfs-alice");
+    let mut a = d.shell(&alice);
+    let plain = attach_alice(&d, &alice, &mut a, "fn", "");
+    let mut b = timed_out(&d, &mut a, "fn", "fail-new", "");
+    b.fails(&format!("cat {}/other.txt", s(&plain)));
+    assert_eq!(b.ok("head -c 1000 <&3 | wc -c").trim(), "1000");
+}
+
+/// Starts `cat other.txt` in bob's shell; it must block until bob re-authenticates.
+fn blocked_cat_completes_after_reauth(d: &Daemon, a: &mut Shell, b: &mut Shell, name: &str) {
+    let out = d.work.path().join(format!("shared/{name}.cat"));
+    let rc = d.work.path().join(format!("shared/{name}.rc"));
+    b.ok(&format!(
+        "(cat {p}/other.txt > {o}; echo $? > {r}) &",
+        p = s(&d.root.join(name)),
+        o = s(&out),
+        r = s(&rc)
+    ));
+    wait_for("the cat to block", || {
+        assert!(
+            !rc.exists(),
+            "cat did not block: status {:?}, output {:?}",
+            std::fs::read_to_string(&rc),
+            std::fs::read_to_string(&out)
+        );
+        sessions(a, name)
+            .iter()
+            .any(|s| s["waiting"].as_u64() >= Some(1))
+    });
+    b.ok(&format!("cloakfs auth {name}"));
+    wait_for("the cat to finish", || {
+        std::fs::read_to_string(&rc).is_ok_and(|s| s.ends_with('\n'))
+    });
+    assert_eq!(std::fs::read_to_string(&rc).unwrap(), "0\n");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "second\n");
+}
+
+#[test]
+fn timeout_sleep_new() {
+    let d = Daemon::start();
+    let alice = user("cfs-alice");
+    let mut a = d.shell(&alice);
+    attach_alice(&d, &alice, &mut a, "sn", "");
+    let mut b = timed_out(&d, &mut a, "sn", "sleep-new", "");
+    // Open files keep working while new opens sleep.
+    assert_eq!(b.ok("head -c 1000 <&3 | wc -c").trim(), "1000");
+    blocked_cat_completes_after_reauth(&d, &mut a, &mut b, "sn");
+}
+
+#[test]
+fn timeout_sleep_all() {
+    let d = Daemon::start();
+    let alice = user("cfs-alice");
+    let mut a = d.shell(&alice);
+    attach_alice(&d, &alice, &mut a, "sa", "");
+    let mut b = timed_out(&d, &mut a, "sa", "sleep-all", "");
+    blocked_cat_completes_after_reauth(&d, &mut a, &mut b, "sa");
+}
+
+#[test]
+fn hidden_attach_and_detach() {
+    let d = Daemon::start();
+    let alice = user("cfs-alice");
+    let mut a = d.shell(&alice);
+    let plain = attach_alice(&d, &alice, &mut a, "ghost", "--hidden");
+    let p = s(&plain);
+    assert!(
+        d.ls_root().is_empty(),
+        "hidden attach listed: {:?}",
+        d.ls_root()
+    );
+    assert_eq!(a.ok(&format!("cat {p}/secret.txt")), "top secret\n");
+    // Detach: the name goes, open handles fail, the plaintext is gone.
+    a.ok(&format!("exec 4< {p}/secret.txt"));
+    a.ok("cloakfs detach ghost");
+    a.fails(&format!("cat {p}/secret.txt"));
+    a.fails("cat <&4");
+    assert!(!plain.exists());
+    let st = a.ok("cloakfs status --json");
+    assert!(!st.contains("ghost"), "{st}");
+}
+
+#[test]
+fn generated_names() {
+    let d = Daemon::start();
+    let alice = user("cfs-alice");
+    let mut a = d.shell(&alice);
+    let home = d.home(&alice);
+    let c = home.join("cipher");
+    a.ok(&format!(
+        "cloakfs init --passfile {h}/pass {kdf} {c}",
+        h = s(&home),
+        kdf = CHEAP_KDF.join(" "),
+        c = s(&c)
+    ));
+    let out = a.ok(&format!(
+        "cloakfs attach --passfile {}/pass --name entity {}",
+        s(&home),
+        s(&c)
+    ));
+    assert!(out.contains(&format!("u{}", alice.uid)), "{out}");
+    let out = a.ok(&format!(
+        "cloakfs attach --passfile {}/pass --name entity-session {}",
+        s(&home),
+        s(&c)
+    ));
+    assert!(out.contains(&format!("u{}s{}", alice.uid, a.sid)), "{out}");
+    a.ok(&format!(
+        "cloakfs attach --passfile {}/pass --name random {}",
+        s(&home),
+        s(&c)
+    ));
+    assert_eq!(d.ls_root().len(), 3);
+    // Taken names and wrong passphrases are refused with one line.
+    let out = a.fails(&format!(
+        "cloakfs attach --passfile {}/pass {} u{}",
+        s(&home),
+        s(&c),
+        alice.uid
+    ));
+    assert_eq!(out.lines().count(), 1, "{out}");
+    a.ok(&format!("echo wrong > {}/bad", s(&home)));
+    a.fails(&format!(
+        "cloakfs attach --passfile {}/bad {} other",
+        s(&home),
+        s(&c)
+    ));
+    // A user cannot attach a cipher directory they cannot read.
+    let bob = user("cfs-bob");
+    let mut b = d.shell(&bob);
+    b.fails(&format!(
+        "cloakfs attach --passfile /dev/null {} stolen",
+        s(&c)
+    ));
+}
+
+#[test]
+fn challenge_response_refuses_forged_and_replayed_answers() {
+    use cloakfs_daemon::client::Client;
+    use cloakfs_daemon::protocol::{Request, Response};
+    let d = Daemon::start();
+    let alice = user("cfs-alice");
+    let mut a = d.shell(&alice);
+    let plain = attach_alice(&d, &alice, &mut a, "cr", "");
+    let home = d.work.path().join("cfs-alice");
+    a.ok(&format!("echo swordfish > {}/authpass", s(&home)));
+    // Root (this test process) gets a passphrase authorization.
+    a.ok(&format!(
+        "cloakfs authz add cr --user 0 --perms read --auth passphrase --passfile {}/authpass \
+         --kdf-memory 64 --kdf-iterations 1",
+        s(&home)
+    ));
+    let challenge = |c: &mut Client| match c
+        .call(&Request::Auth {
+            name: "cr".into(),
+            authz: None,
+        })
+        .unwrap()
+    {
+        Response::Challenge {
+            authz,
+            challenge,
+            salt,
+            memory_kib,
+            iterations,
+            parallelism,
+        } => {
+            let params = cloakfs_core::kdf::Argon2Params {
+                memory_kib,
+                iterations,
+                lanes: parallelism,
+            };
+            let salt = cloakfs_core::encoding::unb64(salt.as_bytes()).unwrap();
+            let ch = cloakfs_core::encoding::unb64(challenge.as_bytes()).unwrap();
+            let key = cloakfs_daemon::auth::verifier_key(
+                &cloakfs_core::secret::Passphrase::new(b"swordfish".to_vec()),
+                &salt,
+                &params,
+            )
+            .unwrap();
+            cloakfs_core::encoding::b64(&cloakfs_daemon::auth::challenge_answer(
+                key.expose(),
+                "cr",
+                authz,
+                &ch,
+            ))
+        }
+        r => panic!("expected a challenge, got {r:?}"),
+    };
+    let answer = |c: &mut Client, answer: String| c.call(&Request::AuthAnswer { answer }).unwrap();
+    let is_err = |r: &Response| matches!(r, Response::Error { .. });
+
+    // A forged answer fails.
+    let mut c = Client::connect(&d.socket).unwrap();
+    let _ = challenge(&mut c);
+    assert!(is_err(&answer(
+        &mut c,
+        cloakfs_core::encoding::b64(&[7u8; 32])
+    )));
+    assert!(std::fs::read(plain.join("secret.txt")).is_err());
+    // A right answer works once.
+    let mut c = Client::connect(&d.socket).unwrap();
+    let good = challenge(&mut c);
+    assert!(matches!(
+        answer(&mut c, good.clone()),
+        Response::Authenticated { .. }
+    ));
+    assert_eq!(
+        std::fs::read(plain.join("secret.txt")).unwrap(),
+        b"top secret\n"
+    );
+    // Replayed on the same connection, or against a fresh challenge: refused.
+    assert!(is_err(&answer(&mut c, good.clone())));
+    let mut c2 = Client::connect(&d.socket).unwrap();
+    let _ = challenge(&mut c2);
+    assert!(is_err(&answer(&mut c2, good)));
+}
+
+#[test]
+fn malformed_control_messages_do_not_hurt_others() {
+    use std::os::unix::net::UnixStream;
+    let d = Daemon::start();
+    let alice = user("cfs-alice");
+    let mut a = d.shell(&alice);
+    attach_alice(&d, &alice, &mut a, "robust", "");
+    for junk in [
+        &b"this is not json\n"[..],
+        b"{\"op\":\"attach\"}\n",
+        b"{\"op\":\"no-such-op\"}\n",
+        b"\xff\xfe\n",
+    ] {
+        let mut c = UnixStream::connect(&d.socket).unwrap();
+        c.write_all(junk).unwrap();
+        let mut line = String::new();
+        let _ = BufReader::new(&c).read_line(&mut line);
+        assert!(
+            line.is_empty() || line.contains("error"),
+            "answer to junk: {line}"
+        );
+    }
+    // A client that sends half a line and goes away.
+    let mut c = UnixStream::connect(&d.socket).unwrap();
+    c.write_all(b"{\"op\":").unwrap();
+    drop(c);
+    // An oversized line.
+    let mut c = UnixStream::connect(&d.socket).unwrap();
+    let _ = c.write_all(&vec![b'x'; 200_000]);
+    let mut rest = Vec::new();
+    let _ = c.read_to_end(&mut rest);
+    // Everyone else is still served.
+    assert!(a.ok("cloakfs status").contains("robust"));
+    assert_eq!(
+        a.ok(&format!("cat {}/secret.txt", s(&d.root.join("robust")))),
+        "top secret\n"
+    );
+}
+
+#[test]
+fn no_daemon_is_one_clear_line() {
+    let out = common::cloakfs(&["status", "--socket", "/nonexistent/cloakfs.sock"]);
+    assert!(!out.status.success());
+    let err = common::stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("daemon"), "{err}");
+}

@@ -1,0 +1,173 @@
+//! The FUSE gate: every request on an attach is decided here, from the registry, before
+//! anything is decrypted. Requests under a sleeping timeout block (bounded) until the
+//! session is re-authenticated.
+
+use crate::peer::ProcIds;
+use crate::registry::Decision;
+use crate::shared::{now, Shared};
+use cloakfs_fuse::tree::{AttachId, Caller, Gate, Need, Verdict};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub struct DaemonGate {
+    shared: Arc<Shared>,
+    max_wait: Duration,
+    max_waiters: usize,
+}
+
+impl DaemonGate {
+    /// `max_waiters` requests at most sleep at once (the rest fail at once), each at most
+    /// `max_wait`.
+    pub fn new(shared: Arc<Shared>, max_wait: Duration, max_waiters: usize) -> Self {
+        Self {
+            shared,
+            max_wait,
+            max_waiters,
+        }
+    }
+}
+
+impl Gate for DaemonGate {
+    fn check(&self, attach: AttachId, caller: &Caller, need: Need) -> Verdict {
+        let mut ids = ProcIds::new(caller.uid, caller.gid, caller.pid);
+        let deadline = Instant::now() + self.max_wait;
+        let mut reg = self.shared.lock();
+        let mut waiting_on: Option<u64> = None;
+        let verdict = loop {
+            match reg.decide(attach, &mut ids, need, now()) {
+                Decision::Allow { bypass } => break Verdict::Allow { bypass },
+                Decision::Deny => break Verdict::Deny,
+                Decision::Wait(session) => {
+                    if waiting_on != Some(session) {
+                        match waiting_on {
+                            Some(old) => reg.add_waiting(old, -1),
+                            None => {
+                                if reg.waiters >= self.max_waiters {
+                                    tracing::debug!(attach, "too many sleeping requests: denied");
+                                    break Verdict::Deny;
+                                }
+                                reg.waiters += 1;
+                            }
+                        }
+                        reg.add_waiting(session, 1);
+                        waiting_on = Some(session);
+                    }
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break Verdict::Deny;
+                    }
+                    reg = self
+                        .shared
+                        .changed
+                        .wait_timeout(reg, left)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+            }
+        };
+        if let Some(s) = waiting_on {
+            reg.add_waiting(s, -1);
+            reg.waiters -= 1;
+        }
+        verdict
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::peer::euid;
+    use crate::protocol::{AuthMethod, AuthzAddRequest, Entity, OnTimeout};
+    use crate::registry::{AuthStart, NewAttach};
+    use cloakfs_fuse::tree::Access;
+
+    /// A registry with attach 1 whose only session matching us is timed out with `behaviour`.
+    fn timed_out(behaviour: OnTimeout) -> (Arc<Shared>, Caller) {
+        let shared = Arc::new(Shared::new());
+        let me = Caller {
+            uid: euid(),
+            gid: rustix::process::getegid().as_raw(),
+            pid: std::process::id(),
+        };
+        let t = now();
+        let sid = crate::peer::session_of(me.pid).expect("our session");
+        let mut owner = ProcIds::new(me.uid, me.gid, me.pid);
+        let mut reg = shared.lock();
+        reg.insert_attach(
+            1,
+            NewAttach {
+                name: "a".into(),
+                path: "/crypt/a".into(),
+                cipherdir: "/x".into(),
+                owner_uid: me.uid,
+                owner_gid: me.gid,
+                owner_sid: sid,
+                hidden: false,
+                read_only: false,
+                key_ttl: None,
+                callback: None,
+            },
+            t,
+        );
+        let id = reg
+            .authz_add(
+                &AuthzAddRequest {
+                    name: "a".into(),
+                    entity: Entity::User(me.uid),
+                    perms: vec!["read".into()],
+                    auth: AuthMethod::None,
+                    expires: None,
+                    session_ttl: Some(5),
+                    idle: None,
+                    on_timeout: behaviour,
+                    callback: None,
+                },
+                &mut owner,
+                t,
+            )
+            .unwrap();
+        assert!(matches!(
+            reg.auth_start("a", Some(id), &mut owner, t),
+            Ok(AuthStart::Authenticated(_))
+        ));
+        // The owner's session goes away (as if its leader exited), then the grant's times out.
+        reg.process_exited(sid);
+        reg.tick(t + 100);
+        drop(reg);
+        (shared, me)
+    }
+
+    fn need(on_open_handle: bool) -> Need {
+        Need {
+            access: Access::Read,
+            on_open_handle,
+        }
+    }
+
+    #[test]
+    fn sleeping_requests_are_bounded() {
+        let (shared, me) = timed_out(OnTimeout::SleepAll);
+        // No room for sleepers: denied at once.
+        let gate = DaemonGate::new(shared.clone(), Duration::from_secs(600), 0);
+        assert_eq!(gate.check(1, &me, need(true)), Verdict::Deny);
+        // Room, but nobody re-authenticates: denied after the maximum wait.
+        let gate = DaemonGate::new(shared.clone(), Duration::from_millis(50), 4);
+        let start = Instant::now();
+        assert_eq!(gate.check(1, &me, need(false)), Verdict::Deny);
+        assert!(start.elapsed() >= Duration::from_millis(50));
+        assert_eq!(shared.lock().waiters, 0);
+        // Another attach is not affected.
+        assert_eq!(gate.check(3, &me, need(false)), Verdict::Deny);
+    }
+
+    #[test]
+    fn fail_new_lets_open_handles_through() {
+        let (shared, me) = timed_out(OnTimeout::FailNew);
+        let gate = DaemonGate::new(shared, Duration::from_secs(600), 4);
+        assert_eq!(
+            gate.check(1, &me, need(true)),
+            Verdict::Allow { bypass: false }
+        );
+        assert_eq!(gate.check(1, &me, need(false)), Verdict::Deny);
+    }
+}

@@ -1,0 +1,109 @@
+//! Attach names (NCryptfs 3.3.2): given, from the attaching entity, or random.
+
+use crate::protocol::Naming;
+
+/// Longest attach name, in bytes (one path component).
+pub const MAX_NAME: usize = 255;
+
+/// Checks a name chosen by a user: one plain path component, not hidden (`.x`), no
+/// control characters. `u<N>` and `u<N>s<M>` are entity names: only user N may pick them.
+pub fn validate_given(name: &str, uid: u32) -> Result<(), String> {
+    if name.is_empty() || name.len() > MAX_NAME {
+        return Err(format!("attach name must be 1 to {MAX_NAME} bytes"));
+    }
+    if name.starts_with('.') {
+        return Err(format!(
+            "attach name {name:?} may not start with '.' (use --hidden to hide an attach)"
+        ));
+    }
+    if name.chars().any(|c| c == '/' || c.is_control()) {
+        return Err(format!(
+            "attach name {name:?} must be a single path component without control characters"
+        ));
+    }
+    if let Some(owner) = entity_name_uid(name) {
+        if owner != uid {
+            return Err(format!(
+                "attach name {name:?} is reserved for user {owner}'s entity-named attaches"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The uid N of an entity-style name `u<N>` or `u<N>s<M>`.
+fn entity_name_uid(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix('u')?;
+    let (u, s) = match rest.split_once('s') {
+        Some((u, s)) => (u, Some(s)),
+        None => (rest, None),
+    };
+    let digits = |x: &str| !x.is_empty() && x.bytes().all(|b| b.is_ascii_digit());
+    if !digits(u) || s.is_some_and(|s| !digits(s)) {
+        return None;
+    }
+    u.parse().ok()
+}
+
+/// The name an attach request asks for. `sid` is the attaching process's session id.
+pub fn resolve(naming: &Naming, uid: u32, sid: u32) -> Result<String, String> {
+    match naming {
+        Naming::Given(n) => {
+            validate_given(n, uid)?;
+            Ok(n.clone())
+        }
+        Naming::Entity { session: false } => Ok(format!("u{uid}")),
+        Naming::Entity { session: true } => Ok(format!("u{uid}s{sid}")),
+        Naming::Random => Ok(random_name()),
+    }
+}
+
+/// 16 random lowercase hex digits (64 bits: collisions are retried by the caller).
+pub fn random_name() -> String {
+    let b: [u8; 8] = cloakfs_core::random::array();
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn given_names() {
+        assert!(validate_given("proj", 5).is_ok());
+        assert!(validate_given("my files", 5).is_ok());
+        for bad in [
+            "",
+            ".",
+            "..",
+            ".hid",
+            "a/b",
+            "a\0b",
+            "a\nb",
+            &"x".repeat(256),
+        ] {
+            assert!(validate_given(bad, 5).is_err(), "{bad:?}");
+        }
+        assert!(validate_given("u5", 5).is_ok());
+        assert!(validate_given("u5s77", 5).is_ok());
+        assert!(validate_given("u6", 5).is_err());
+        assert!(validate_given("u6s1", 5).is_err());
+        assert!(validate_given("user", 5).is_ok());
+    }
+
+    #[test]
+    fn resolved_names() {
+        assert_eq!(
+            resolve(&Naming::Entity { session: false }, 1000, 42).unwrap(),
+            "u1000"
+        );
+        assert_eq!(
+            resolve(&Naming::Entity { session: true }, 1000, 4242).unwrap(),
+            "u1000s4242"
+        );
+        let r = resolve(&Naming::Random, 1, 1).unwrap();
+        assert_eq!(r.len(), 16);
+        assert!(r.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_ne!(r, random_name());
+    }
+}

@@ -1,0 +1,28 @@
+//! What the daemon needs from the attach tree, as a trait so the control logic can be
+//! tested without FUSE (the real one is `cloakfs_fuse::tree::TreeHandle`).
+
+use cloakfs_fuse::tree::{AttachId, AttachSpec, TreeHandle};
+use std::io;
+
+/// The attach tree, seen from the daemon. Never called from a FUSE worker thread, and never
+/// with the registry locked.
+pub trait Tree: Clone + Send + Sync + 'static {
+    /// Adds an attach (`AlreadyExists` if the name is taken).
+    fn attach(&self, spec: AttachSpec) -> io::Result<AttachId>;
+    /// Removes an attach; its keys go with it.
+    fn detach(&self, id: AttachId) -> io::Result<()>;
+    /// Drops the kernel's caches of an attach, so the next access reaches the gate.
+    fn invalidate(&self, id: AttachId);
+}
+
+impl Tree for TreeHandle {
+    fn attach(&self, spec: AttachSpec) -> io::Result<AttachId> {
+        TreeHandle::attach(self, spec)
+    }
+    fn detach(&self, id: AttachId) -> io::Result<()> {
+        TreeHandle::detach(self, id)
+    }
+    fn invalidate(&self, id: AttachId) {
+        TreeHandle::invalidate(self, id)
+    }
+}
