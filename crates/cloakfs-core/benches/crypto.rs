@@ -5,6 +5,9 @@
 //!   [`FileCipher`], single-threaded (= per core). `seal` draws a fresh random nonce per block
 //!   (what a write does), `seal_fixed_nonce` is the AEAD alone: the difference is the cost of
 //!   the nonce.
+//! - `file_cipher/<suite>/{seal,open}_1MiB`: a 1 MiB run of 4 KiB blocks through
+//!   [`FileCipher`], single-threaded, as one write or read request seals or opens it (no I/O):
+//!   `seal` draws the 256 nonces in one OS call ([`FileCipher::fresh_nonces`]).
 //! - `content_file/<suite>/{write,read}_1MiB_{1core,<N>cores}`: one 1 MiB
 //!   [`ContentFile::write_at`] (whole blocks, no read-modify-write) or `read_at` on a file in
 //!   /dev/shm (tmpfs), i.e. the per-request cost of the core minus the disk, with rayon limited
@@ -77,6 +80,50 @@ fn file_cipher(c: &mut Criterion) {
                     .open(black_box(3), black_box(&sealed), &mut out)
                     .expect("block opens")
             })
+        });
+    }
+    g.finish();
+}
+
+/// seal / open of a 1 MiB run of 4 KiB blocks with `FileCipher`, single-threaded, the way one
+/// write or read request does it (no I/O).
+fn file_cipher_run(c: &mut Criterion) {
+    let mut g = c.benchmark_group("file_cipher");
+    g.throughput(Throughput::BytesDecimal(REQUEST as u64));
+    let blocks = REQUEST / BLOCK;
+    for (suite, name) in SUITES {
+        let cipher = codec(suite).file_cipher(FileId([7; 16]));
+        let plain = pattern(REQUEST);
+        let cbs = BLOCK + suite.overhead() as usize;
+        let mut sealed = vec![0u8; blocks * cbs];
+        g.bench_function(BenchmarkId::new(name, "seal_1MiB"), |b| {
+            b.iter(|| {
+                let nonces = cipher.fresh_nonces(blocks);
+                for (i, ((p, s), nonce)) in plain
+                    .chunks(BLOCK)
+                    .zip(sealed.chunks_mut(cbs))
+                    .zip(nonces)
+                    .enumerate()
+                {
+                    cipher.seal_fresh(black_box(i as u64), nonce, black_box(p), s);
+                }
+            })
+        });
+        for (i, (p, s)) in plain.chunks(BLOCK).zip(sealed.chunks_mut(cbs)).enumerate() {
+            cipher.seal(i as u64, p, s);
+        }
+        let mut out = vec![0u8; REQUEST];
+        let open_all = |out: &mut [u8]| {
+            for (i, (s, o)) in sealed.chunks(cbs).zip(out.chunks_mut(BLOCK)).enumerate() {
+                cipher
+                    .open(black_box(i as u64), black_box(s), o)
+                    .expect("block opens");
+            }
+        };
+        open_all(&mut out);
+        assert_eq!(out, plain);
+        g.bench_function(BenchmarkId::new(name, "open_1MiB"), |b| {
+            b.iter(|| open_all(&mut out))
         });
     }
     g.finish();
@@ -299,6 +346,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = file_cipher, content_file, names, aes256gcm_impl
+    targets = file_cipher, file_cipher_run, content_file, names, aes256gcm_impl
 }
 criterion_main!(benches);

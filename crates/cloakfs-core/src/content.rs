@@ -7,13 +7,28 @@
 //!   with a fresh random nonce on every write (AES-256-GCM: 12 bytes, NIST SP 800-38D;
 //!   XChaCha20-Poly1305: 24 bytes, draft-irtf-cfrg-xchacha);
 //! - an all-zero backing block is a hole (reads as zeros) unless the volume is strict.
+//!
+//! Implementations: AES-256-GCM is aws-lc-rs (`LessSafeKey`, AWS-LC's AES-NI/PCLMUL/VAES
+//! assembly), sealing out of place (`seal_out_of_place_scatter`) and opening out of place
+//! (`open_separate_gather`), so no block is copied; its output is byte-identical to RustCrypto's
+//! `aes-gcm`, which earlier builds used (checked by the docs/FORMAT.md vectors and by a unit
+//! test below). XChaCha20-Poly1305 stays on RustCrypto's `chacha20poly1305` (aws-lc-rs has no
+//! XChaCha). Nonces come straight from the OS RNG (getrandom(2)); a request that seals many
+//! blocks draws all their nonces in one call ([`FileCipher::fresh_nonces`]) instead of one
+//! syscall per block, which cost ~0.4 us per 4 KiB block, about a third of the AES-GCM time.
+//!
+//! Measured with `cargo bench -p cloakfs-core --bench crypto` (`file_cipher/aes-256-gcm/*`, one
+//! core of the 2-core dev VM, 4 KiB blocks, decimal units): RustCrypto aes-gcm 0.10 gave
+//! seal 0.86 GB/s, open 0.88 GB/s per block and 0.78 / 0.91 GB/s over a 1 MiB run; aws-lc-rs
+//! 1.19 gives seal 3.7 GB/s per block with its own nonce syscall (5.7 GB/s with a fixed nonce),
+//! open 7.2 GB/s, and 6.2 / 7.1 GB/s over a 1 MiB run with batched nonces.
 
 use crate::error::{Error, Result};
 use crate::keys::{hkdf_expand, label};
 use crate::layout::{Layout, HEADER_LEN};
 use crate::secret::SecretBytes;
-use aes_gcm::aead::{AeadInPlace, KeyInit};
-use aes_gcm::Aes256Gcm;
+use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
+use chacha20poly1305::aead::{AeadInPlace, KeyInit};
 use chacha20poly1305::XChaCha20Poly1305;
 
 /// Version of the per-file header written by this build.
@@ -22,6 +37,8 @@ pub const HEADER_VERSION: u16 = 1;
 pub const TAG_LEN: usize = 16;
 /// Length of the additional authenticated data of a block.
 pub const AAD_LEN: usize = 24;
+/// Longest nonce of any content suite (XChaCha20-Poly1305).
+const MAX_NONCE_LEN: usize = 24;
 
 /// The content AEAD of a volume.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,13 +178,19 @@ impl ContentCodec {
 
     /// The cipher for the file with this ID.
     pub fn file_cipher(&self, id: FileId) -> FileCipher {
-        let key: SecretBytes<32> =
-            hkdf_expand(self.key.expose(), None, label::FILE.as_bytes(), &id.0);
-        let aead = match self.suite {
-            ContentSuite::Aes256Gcm => Aead::Gcm(Box::new(Aes256Gcm::new(key.expose().into()))),
-            ContentSuite::XChaCha20Poly1305 => {
-                Aead::XChaCha(Box::new(XChaCha20Poly1305::new(key.expose().into())))
+        let aead = {
+            let key: SecretBytes<32> =
+                hkdf_expand(self.key.expose(), None, label::FILE.as_bytes(), &id.0);
+            match self.suite {
+                ContentSuite::Aes256Gcm => Aead::Gcm(LessSafeKey::new(
+                    UnboundKey::new(&AES_256_GCM, key.expose())
+                        .expect("a 32-byte key is a valid AES-256-GCM key"),
+                )),
+                ContentSuite::XChaCha20Poly1305 => {
+                    Aead::XChaCha(Box::new(XChaCha20Poly1305::new(key.expose().into())))
+                }
             }
+            // The derived key bytes are zeroized here; only the key schedule lives on.
         };
         FileCipher {
             id,
@@ -179,12 +202,61 @@ impl ContentCodec {
     }
 }
 
+/// The keyed AEAD of one file.
+///
+/// Zeroization: `XChaCha20Poly1305` zeroizes its key on drop (chacha20poly1305 0.10's `Drop`
+/// impl). aws-lc-rs keys cannot be wiped from Rust, but dropping a `LessSafeKey` frees its
+/// `EVP_AEAD_CTX` (aws-lc-rs `src/ptr.rs`: `create_pointer!(EVP_AEAD_CTX, EVP_AEAD_CTX_free)`;
+/// the context was allocated with `OPENSSL_malloc` in `src/aead/aead_ctx.rs`), and AWS-LC's
+/// `EVP_AEAD_CTX_free` (`crypto/fipsmodule/cipher/aead.c`) calls `EVP_AEAD_CTX_cleanup` and then
+/// `OPENSSL_free`, which `OPENSSL_cleanse`s the whole allocation before freeing it
+/// (`crypto/mem.c`). The AES-GCM key schedule and GHASH key live inline in that allocation
+/// (`EVP_AEAD_CTX::state`, include/openssl/aead.h), so they are wiped on drop. (AES-GCM's own
+/// `cleanup` hook is empty; the wipe is `OPENSSL_free`'s. Checked in aws-lc-rs 1.19.0 /
+/// aws-lc-sys 0.47.0.)
 enum Aead {
-    Gcm(Box<Aes256Gcm>),
+    Gcm(LessSafeKey),
     XChaCha(Box<XChaCha20Poly1305>),
 }
 
-/// Seals and opens the blocks of one file. The key schedules are zeroized on drop.
+/// A nonce drawn from the operating system's RNG for exactly one seal.
+///
+/// Neither `Clone` nor `Copy`: [`FileCipher::seal_fresh`] consumes it, so a drawn nonce cannot
+/// be used twice. Never all zeros (an all-zero nonce would make a block look like a hole).
+pub struct FreshNonce {
+    bytes: [u8; MAX_NONCE_LEN],
+    len: u8,
+}
+
+impl FreshNonce {
+    /// Wraps bytes just drawn from the OS RNG, redrawing them in the (2^-96) case that they
+    /// are all zero.
+    fn from_os(drawn: &[u8]) -> Self {
+        let mut bytes = [0u8; MAX_NONCE_LEN];
+        let n = &mut bytes[..drawn.len()];
+        n.copy_from_slice(drawn);
+        while n.iter().all(|&b| b == 0) {
+            crate::random::fill(n);
+        }
+        Self {
+            bytes,
+            len: drawn.len() as u8,
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+}
+
+impl std::fmt::Debug for FreshNonce {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FreshNonce(..)")
+    }
+}
+
+/// Seals and opens the blocks of one file. The key schedules are zeroized on drop (how, per
+/// implementation, is documented on the private `Aead` enum).
 pub struct FileCipher {
     id: FileId,
     aead: Aead,
@@ -214,33 +286,68 @@ impl FileCipher {
         aad
     }
 
-    /// Seals `plain` as block `block` into `out` (`plain.len() + overhead` bytes) with a fresh
-    /// random nonce.
-    pub fn seal(&self, block: u64, plain: &[u8], out: &mut [u8]) {
-        let mut nonce = [0u8; 24];
-        let nonce = &mut nonce[..self.nonce_len];
-        // An all-zero nonce would make the block indistinguishable from a hole.
-        while nonce.iter().all(|&b| b == 0) {
-            crate::random::fill(nonce);
+    /// `count` fresh random nonces, drawn from the operating system's RNG in one call, for a
+    /// request that seals `count` blocks: one getrandom(2) per request instead of one per block.
+    /// Each is consumed by [`FileCipher::seal_fresh`].
+    pub fn fresh_nonces(&self, count: usize) -> Vec<FreshNonce> {
+        if count == 0 {
+            return Vec::new();
         }
-        self.seal_with_nonce(block, nonce, plain, out);
+        let mut drawn = vec![0u8; count * self.nonce_len];
+        crate::random::fill(&mut drawn);
+        drawn
+            .chunks_exact(self.nonce_len)
+            .map(FreshNonce::from_os)
+            .collect()
+    }
+
+    /// Seals `plain` as block `block` into `out` (`plain.len() + overhead` bytes) with a fresh
+    /// random nonce from the OS RNG (one getrandom(2); to seal many blocks, draw their nonces at
+    /// once with [`FileCipher::fresh_nonces`] and use [`FileCipher::seal_fresh`]).
+    pub fn seal(&self, block: u64, plain: &[u8], out: &mut [u8]) {
+        let mut drawn = [0u8; MAX_NONCE_LEN];
+        let drawn = &mut drawn[..self.nonce_len];
+        crate::random::fill(drawn);
+        self.seal_fresh(block, FreshNonce::from_os(drawn), plain, out);
+    }
+
+    /// Seals `plain` as block `block` into `out` (`plain.len() + overhead` bytes) with `nonce`,
+    /// one of [`FileCipher::fresh_nonces`].
+    pub fn seal_fresh(&self, block: u64, nonce: FreshNonce, plain: &[u8], out: &mut [u8]) {
+        self.seal_raw(block, nonce.as_bytes(), plain, out);
     }
 
     /// Seals with a caller-chosen nonce. Only for test vectors: reusing a nonce breaks the AEAD.
     pub fn seal_with_nonce(&self, block: u64, nonce: &[u8], plain: &[u8], out: &mut [u8]) {
+        self.seal_raw(block, nonce, plain, out);
+    }
+
+    fn seal_raw(&self, block: u64, nonce: &[u8], plain: &[u8], out: &mut [u8]) {
         let n = self.nonce_len;
         assert_eq!(nonce.len(), n, "nonce length");
         assert_eq!(out.len(), plain.len() + n + TAG_LEN, "sealed block length");
         let aad = self.aad(block);
         out[..n].copy_from_slice(nonce);
         let (body, tag_out) = out[n..].split_at_mut(plain.len());
-        body.copy_from_slice(plain);
-        let tag = match &self.aead {
-            Aead::Gcm(c) => c.encrypt_in_place_detached(nonce.into(), &aad, body),
-            Aead::XChaCha(c) => c.encrypt_in_place_detached(nonce.into(), &aad, body),
+        match &self.aead {
+            Aead::Gcm(c) => c
+                .seal_out_of_place_scatter(
+                    Nonce::try_assume_unique_for_key(nonce).expect("12-byte nonce"),
+                    Aad::from(aad),
+                    plain,
+                    body,
+                    &[],
+                    tag_out,
+                )
+                .expect("block sizes are far below the AEAD length limits"),
+            Aead::XChaCha(c) => {
+                body.copy_from_slice(plain);
+                let tag = c
+                    .encrypt_in_place_detached(nonce.into(), &aad, body)
+                    .expect("block sizes are far below the AEAD length limits");
+                tag_out.copy_from_slice(&tag);
+            }
         }
-        .expect("block sizes are far below the AEAD length limits");
-        tag_out.copy_from_slice(&tag);
     }
 
     /// Opens sealed block `block` from `sealed` into `out` (`sealed.len() - overhead` bytes).
@@ -262,13 +369,25 @@ impl FileCipher {
         }
         let (nonce, rest) = sealed.split_at(n);
         let (body, tag) = rest.split_at(rest.len() - TAG_LEN);
-        out.copy_from_slice(body);
         let aad = self.aad(block);
         let ok = match &self.aead {
-            Aead::Gcm(c) => c.decrypt_in_place_detached(nonce.into(), &aad, out, tag.into()),
-            Aead::XChaCha(c) => c.decrypt_in_place_detached(nonce.into(), &aad, out, tag.into()),
+            Aead::Gcm(c) => c
+                .open_separate_gather(
+                    Nonce::try_assume_unique_for_key(nonce).expect("12-byte nonce"),
+                    Aad::from(aad),
+                    body,
+                    tag,
+                    out,
+                )
+                .map_err(drop),
+            Aead::XChaCha(c) => {
+                out.copy_from_slice(body);
+                c.decrypt_in_place_detached(nonce.into(), &aad, out, tag.into())
+                    .map_err(drop)
+            }
         };
-        ok.map_err(|_| {
+        // On failure `out` may hold unauthenticated plaintext: never hand it out.
+        ok.map_err(|()| {
             out.fill(0);
             Error::Tampered(format!("block {block} failed authentication"))
         })
@@ -299,6 +418,67 @@ mod tests {
             assert!(other.open(3, &sealed, &mut out).is_err());
             sealed[suite.nonce_len() + 1] ^= 1;
             assert!(c.open(3, &sealed, &mut out).is_err());
+        }
+    }
+
+    #[test]
+    fn batched_nonces_are_fresh_and_seal() {
+        for suite in [ContentSuite::Aes256Gcm, ContentSuite::XChaCha20Poly1305] {
+            let c = codec(suite, false).file_cipher(FileId([1; 16]));
+            assert!(c.fresh_nonces(0).is_empty());
+            let nonces = c.fresh_nonces(64);
+            assert_eq!(nonces.len(), 64);
+            let mut seen = std::collections::HashSet::new();
+            for (i, nonce) in nonces.into_iter().enumerate() {
+                assert_eq!(nonce.as_bytes().len(), suite.nonce_len());
+                assert!(nonce.as_bytes().iter().any(|&b| b != 0));
+                assert!(seen.insert(nonce.as_bytes().to_vec()), "nonce repeated");
+                let plain = [i as u8; 100];
+                let mut sealed = vec![0u8; plain.len() + suite.overhead() as usize];
+                let nonce_bytes = nonce.as_bytes().to_vec();
+                c.seal_fresh(i as u64, nonce, &plain, &mut sealed);
+                assert_eq!(&sealed[..suite.nonce_len()], &nonce_bytes[..]);
+                let mut out = [0u8; 100];
+                c.open(i as u64, &sealed, &mut out).unwrap();
+                assert_eq!(out, plain);
+            }
+        }
+    }
+
+    /// aws-lc-rs must give exactly the bytes of RustCrypto's aes-gcm (what earlier builds
+    /// wrote), both ways, and a failed open must not leak unauthenticated plaintext.
+    #[test]
+    fn aes_gcm_is_byte_identical_to_rustcrypto() {
+        use aes_gcm::aead::{Aead as _, KeyInit as _, Payload};
+        let id = FileId([1; 16]);
+        let c = codec(ContentSuite::Aes256Gcm, false).file_cipher(id);
+        let key: SecretBytes<32> = hkdf_expand(&[7u8; 32], None, label::FILE.as_bytes(), &id.0);
+        let reference = aes_gcm::Aes256Gcm::new(key.expose().into());
+        let nonce = [0x5au8; 12];
+        for len in [1usize, 15, 16, 17, 100, 4095, 4096] {
+            let plain: Vec<u8> = (0..len).map(|i| (i * 31 + 3) as u8).collect();
+            let aad = c.aad(9);
+            let expected = reference
+                .encrypt(
+                    (&nonce).into(),
+                    Payload {
+                        msg: &plain,
+                        aad: &aad,
+                    },
+                )
+                .unwrap();
+            let mut sealed = vec![0u8; len + 28];
+            c.seal_with_nonce(9, &nonce, &plain, &mut sealed);
+            assert_eq!(&sealed[..12], &nonce);
+            assert_eq!(&sealed[12..], &expected[..], "length {len}");
+            let mut out = vec![0u8; len];
+            c.open(9, &sealed, &mut out).unwrap();
+            assert_eq!(out, plain);
+            let last = sealed.len() - 1;
+            sealed[last] ^= 0x80; // bad tag: the body still decrypts, but must not come out
+            out.fill(0xee);
+            assert!(c.open(9, &sealed, &mut out).is_err());
+            assert!(out.iter().all(|&b| b == 0), "failed open leaked bytes");
         }
     }
 

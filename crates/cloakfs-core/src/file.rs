@@ -7,7 +7,7 @@
 //! `fallocate(FALLOC_FL_KEEP_SIZE)`, so a full disk fails the write before any existing block is
 //! touched.
 
-use crate::content::{ContentCodec, FileCipher, FileHeader, FileId};
+use crate::content::{ContentCodec, FileCipher, FileHeader, FileId, FreshNonce};
 use crate::error::{Error, Result};
 use crate::layout::{Layout, HEADER_LEN};
 use rayon::prelude::*;
@@ -208,9 +208,11 @@ impl ContentFile {
 
         SEALED.with_borrow_mut(|out| -> Result<()> {
             out.resize((c_end - c_start) as usize, 0);
+            // One getrandom(2) for the nonces of every block of the request.
+            let mut nonces = cipher.fresh_nonces(span.count as usize).into_iter();
             // Edge blocks that keep old bytes need read-modify-write; the rest is sealed from
             // `data` directly.
-            let mut direct: Vec<(u64, &[u8], &mut [u8])> = Vec::with_capacity(span.count as usize);
+            let mut direct = Vec::with_capacity(span.count as usize);
             let mut rest_out: &mut [u8] = out;
             for b in span.first..span.first + span.count {
                 let b_off = layout.plain_offset(b);
@@ -222,28 +224,28 @@ impl ContentFile {
                 rest_out = tail;
                 let src =
                     &data[(b_off + ws as u64 - off) as usize..(b_off + we as u64 - off) as usize];
+                let nonce = nonces.next().expect("one nonce per block");
                 if old_len > 0 && (ws > 0 || we < old_len) {
                     PLAIN.with_borrow_mut(|plain| -> Result<()> {
                         plain.resize(new_len, 0);
                         self.read_block(cipher, b, old_len, &mut plain[..old_len])?;
                         plain[ws..we].copy_from_slice(src);
-                        cipher.seal(b, &plain[..new_len], dst);
+                        cipher.seal_fresh(b, nonce, &plain[..new_len], dst);
                         Ok(())
                     })?;
                 } else {
                     debug_assert_eq!(ws, 0);
                     debug_assert_eq!(we, new_len);
-                    direct.push((b, src, dst));
+                    direct.push((b, nonce, src, dst));
                 }
             }
+            let seal = |(b, nonce, src, dst): (u64, FreshNonce, &[u8], &mut [u8])| {
+                cipher.seal_fresh(b, nonce, src, dst)
+            };
             if direct.len() as u64 >= PARALLEL_MIN_BLOCKS {
-                direct
-                    .into_par_iter()
-                    .for_each(|(b, src, dst)| cipher.seal(b, src, dst));
+                direct.into_par_iter().for_each(seal);
             } else {
-                for (b, src, dst) in direct {
-                    cipher.seal(b, src, dst);
-                }
+                direct.into_iter().for_each(seal);
             }
             self.reserve(layout.cipher_size(old_size), c_end)?;
             self.file.write_all_at(out, c_start)?;
@@ -432,11 +434,12 @@ impl ContentFile {
                 while b <= last {
                     let n = (last - b + 1).min(ZERO_FILL_BATCH);
                     let mut sealed = Vec::with_capacity((n * layout.cipher_block_size()) as usize);
-                    for i in b..b + n {
+                    let nonces = cipher.fresh_nonces(n as usize);
+                    for (i, nonce) in (b..b + n).zip(nonces) {
                         let l = layout.block_len(i, new_size) as usize;
                         let start = sealed.len();
                         sealed.resize(start + l + overhead, 0);
-                        cipher.seal(i, &zeros[..l], &mut sealed[start..]);
+                        cipher.seal_fresh(i, nonce, &zeros[..l], &mut sealed[start..]);
                     }
                     let c = layout.cipher_offset(b);
                     self.reserve(layout.cipher_size(size), c + sealed.len() as u64)?;

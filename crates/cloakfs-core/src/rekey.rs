@@ -869,14 +869,17 @@ impl<'a> Engine<'a> {
             }
             self.out.clear();
             self.out.resize(self.sealed.len(), 0);
+            // One getrandom(2) for the chunk (holes leave their nonce unused).
+            let nonces = cipher.fresh_nonces(chunk.states.len());
             self.out
                 .par_chunks_mut(cbs)
                 .zip(self.plain.par_chunks(bs))
                 .zip(chunk.states.par_iter())
+                .zip(nonces)
                 .enumerate()
-                .for_each(|(i, ((o, p), s))| {
+                .for_each(|(i, (((o, p), s), nonce))| {
                     if *s == BlockState::Data {
-                        cipher.seal(b + i as u64, p, o);
+                        cipher.seal_fresh(b + i as u64, nonce, p, o);
                     }
                 });
             // Write runs of data blocks; holes stay holes.
