@@ -188,7 +188,7 @@ impl Shell {
             stdin,
             out,
         };
-        let (rc, sid) = sh.run("ps -o sid= -p $$");
+        let (rc, sid) = sh.run("cut -d' ' -f6 /proc/$$/stat");
         assert_eq!(rc, 0);
         sh.sid = sid.trim().parse().unwrap();
         sh

@@ -150,6 +150,15 @@ fn parse_perms(s: &str) -> Result<Vec<String>> {
     Ok(out)
 }
 
+fn on_timeout_name(t: OnTimeout) -> &'static str {
+    match t {
+        OnTimeout::FailAll => "fail-all",
+        OnTimeout::FailNew => "fail-new",
+        OnTimeout::SleepNew => "sleep-new",
+        OnTimeout::SleepAll => "sleep-all",
+    }
+}
+
 fn on_timeout(s: &str) -> OnTimeout {
     match s {
         "fail-new" => OnTimeout::FailNew,
@@ -261,7 +270,7 @@ fn list(a: AuthzListArgs) -> Result<()> {
             control::entity_text(&z.entity),
             z.method,
             control::until(z.expires),
-            format!("{:?}", z.on_timeout).to_lowercase(),
+            on_timeout_name(z.on_timeout),
             z.perms.join(",")
         );
     }
@@ -438,5 +447,8 @@ mod tests {
         assert_eq!(parse_perms("all").unwrap().len(), PERMISSIONS.len());
         assert!(parse_perms("fly").is_err());
         assert!(parse_perms(",").is_err());
+        for t in ["fail-all", "fail-new", "sleep-new", "sleep-all"] {
+            assert_eq!(on_timeout_name(on_timeout(t)), t);
+        }
     }
 }
