@@ -5,6 +5,8 @@ pkgs=(fuse3 libfuse3-dev attr acl pkg-config python3 python3-pip)
 # Key-slot tests run against real components: a SoftHSM2 PKCS#11 token, GnuPG, the age tools,
 # and ssh-keygen.
 pkgs+=(softhsm2 gnupg age openssh-client)
+# Multi-user tests make real users and sessions (useradd, setpriv, setsid).
+pkgs+=(passwd util-linux)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

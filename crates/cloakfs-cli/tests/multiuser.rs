@@ -736,3 +736,82 @@ fn no_daemon_is_one_clear_line() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("daemon"), "{err}");
 }
+
+#[test]
+fn the_daemon_checks_cipherdir_access_as_the_user() {
+    // Bob holds alice's master key (say, from an old backup of her passphrase) but cannot
+    // read her cipher directory: the daemon opens it as bob and refuses.
+    let d = Daemon::start();
+    let (alice, bob) = (user("cfs-alice"), user("cfs-bob"));
+    let mut a = d.shell(&alice);
+    attach_alice(&d, &alice, &mut a, "mine", "");
+    let cipher = d.work.path().join("cfs-alice/cipher");
+    let pass = cloakfs_core::secret::Passphrase::new(b"correct horse battery".to_vec());
+    let volume = cloakfs_core::Volume::unlock(&cipher, &pass).unwrap();
+    let request = serde_json::json!({
+        "op": "attach",
+        "cipherdir": s(&cipher),
+        "naming": {"given": "stolen"},
+        "master_key": cloakfs_core::encoding::b64(volume.master_key().expose()),
+    });
+    let send = |u: &User| {
+        let out = Command::new("setpriv")
+            .arg(format!("--reuid={}", u.uid))
+            .arg(format!("--regid={}", u.gid))
+            .arg("--init-groups")
+            // Debian's python, not whatever a root-only PATH entry points to.
+            .args([
+                "/usr/bin/python3",
+                "-c",
+                "import socket, sys\n\
+                 s = socket.socket(socket.AF_UNIX)\n\
+                 s.connect(sys.argv[1])\n\
+                 s.sendall(sys.argv[2].encode() + b'\\n')\n\
+                 print(s.makefile().readline().strip())",
+            ])
+            .arg(&d.socket)
+            .arg(request.to_string())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", common::stderr(&out));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let answer = send(&bob);
+    assert!(answer.contains("\"error\""), "{answer}");
+    assert!(!d.ls_root().contains(&"stolen".to_string()));
+    // The same request from alice is accepted.
+    let answer = send(&alice);
+    assert!(answer.contains("attached"), "{answer}");
+    assert!(d.ls_root().contains(&"stolen".to_string()));
+}
+
+#[test]
+fn systemd_unit_is_valid() {
+    // systemd-analyze checks the unit's syntax and that its command exists; point ExecStart at
+    // the binary under test, as an install would at /usr/local/bin.
+    let Ok(st) = Command::new("systemd-analyze").arg("--version").output() else {
+        eprintln!("systemd-analyze not installed: skipping the unit check");
+        return;
+    };
+    assert!(st.status.success());
+    let unit = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../dist/cloakfs-daemon.service"
+    ))
+    .unwrap();
+    assert!(unit.contains("ExecStart=/usr/local/bin/cloakfs daemon"));
+    assert!(unit.contains("Type=notify"));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cloakfs-daemon.service");
+    std::fs::write(&path, unit.replace("/usr/local/bin/cloakfs", BIN)).unwrap();
+    let out = Command::new("systemd-analyze")
+        .args(["verify", s(&path)])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert!(
+        common::stderr(&out).trim().is_empty(),
+        "{}",
+        common::stderr(&out)
+    );
+}
