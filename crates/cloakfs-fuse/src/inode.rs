@@ -338,16 +338,24 @@ impl InodeTable {
         if nodeid == self.root() {
             return;
         }
-        let mut t = self.write();
-        let Some(e) = t.nodes.get_mut(&nodeid) else {
-            return;
-        };
-        e.lookups = e.lookups.saturating_sub(n);
-        if e.lookups == 0 {
-            if let Some(e) = t.nodes.remove(&nodeid) {
+        let freed = {
+            let mut t = self.write();
+            let Some(e) = t.nodes.get_mut(&nodeid) else {
+                return;
+            };
+            e.lookups = e.lookups.saturating_sub(n);
+            if e.lookups != 0 {
+                return;
+            }
+            let freed = t.nodes.remove(&nodeid);
+            if let Some(e) = &freed {
                 t.keys.remove(&e.inode.key);
             }
-        }
+            freed
+        };
+        // Closed outside the lock: closing the last descriptor of an unlinked file makes the
+        // backing file system free it (rm -rf), which must not stall every other request.
+        drop(freed);
     }
 
     /// Removes every node (at unmount), returning them so the caller can close them.

@@ -32,6 +32,29 @@ pub(crate) fn reply_xattr(reply: ReplyXattr, size: u32, r: Res<Vec<u8>>) {
     }
 }
 
+/// Runs `call` (a backing getxattr or listxattr) on a buffer of exactly the size the value
+/// needs, asked first with `query` (the same call with size 0). The kernel allocates and
+/// zeroes as much as the buffer passed, whatever the answer: a XATTR_MAX buffer made every
+/// call (most are misses: security.capability before each write and chown, ACLs and SELinux
+/// labels for each `ls -l`) clear 64 KiB. A value that grew in between is asked again.
+fn sized(
+    buf: &mut Vec<u8>,
+    query: impl Fn() -> rustix::io::Result<usize>,
+    call: impl Fn(&mut [u8]) -> rustix::io::Result<usize>,
+) -> rustix::io::Result<usize> {
+    loop {
+        let want = query()?;
+        if want == 0 {
+            return Ok(0);
+        }
+        buf.resize(want.min(XATTR_MAX), 0);
+        match call(&mut buf[..]) {
+            Err(rustix::io::Errno::RANGE) if buf.len() < XATTR_MAX => continue,
+            r => return r,
+        }
+    }
+}
+
 impl CloakFs {
     /// The stored name of xattr `name` (`None`: passed through unencrypted).
     fn stored_xattr_name(&self, name: &OsStr) -> Res<Option<Vec<u8>>> {
@@ -51,10 +74,13 @@ impl CloakFs {
         let stored = self.stored_xattr_name(name)?;
         let backing_name = stored.as_deref().unwrap_or(name.as_bytes());
         XBUF.with_borrow_mut(|buf| {
-            buf.resize(XATTR_MAX, 0);
-            let n =
-                rustix::fs::getxattr(path.as_str(), OsStr::from_bytes(backing_name), &mut buf[..])
-                    .map_err(errno)?;
+            let name = OsStr::from_bytes(backing_name);
+            let n = sized(
+                buf,
+                || rustix::fs::getxattr_query(path.as_str(), name),
+                |b| rustix::fs::getxattr(path.as_str(), name, b),
+            )
+            .map_err(errno)?;
             match &stored {
                 None => Ok(buf[..n].to_vec()),
                 Some(enc) => self
@@ -105,8 +131,12 @@ impl CloakFs {
         }
         let path = sys::proc_path(inode.fd());
         XBUF.with_borrow_mut(|buf| {
-            buf.resize(XATTR_MAX, 0);
-            let n = rustix::fs::listxattr(path.as_str(), &mut buf[..]).map_err(errno)?;
+            let n = sized(
+                buf,
+                || rustix::fs::listxattr_query(path.as_str()),
+                |b| rustix::fs::listxattr(path.as_str(), b),
+            )
+            .map_err(errno)?;
             let mut out = Vec::with_capacity(n);
             for stored in buf[..n].split(|&b| b == 0).filter(|s| !s.is_empty()) {
                 match self.volume.meta().decrypt_xattr_name(stored) {
