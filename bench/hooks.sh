@@ -38,7 +38,7 @@ mount_cloakfs() {
 # through the authorization gate and per-thread credential switching, no writeback cache), to
 # price those checks against the single-user mount.  The daemon's tree lives next to MNT; the
 # attach is bind-mounted on MNT so fsbench runs unchanged, and a watcher stops the daemon once
-# peers.sh unmounts MNT.  The attach is made from this shell's session, which fsbench shares.
+# peers.sh unmounts MNT.
 init_cloakfsd() { init_cloakfs "$@"; }
 
 mount_cloakfsd() {
@@ -52,6 +52,13 @@ mount_cloakfsd() {
         sleep 0.1
     done
     "$CLOAKFS_BIN" attach --socket "$sock" --passfile "$FSB_PASSFILE" "$1" bench || return 1
+    # The attaching session alone is authorized, and fio's job processes start sessions of
+    # their own (setsid): authorize the bench's user, as a user working in several terminals
+    # would.
+    local authz
+    authz=$("$CLOAKFS_BIN" authz add --socket "$sock" bench --user "$(id -u)" \
+        --perms read,write,exec | awk '{print $3}') || return 1
+    "$CLOAKFS_BIN" auth --socket "$sock" --authz "$authz" bench || return 1
     mount --bind "$tree/bench" "$2" || return 1
     (
         while mountpoint -q "$2"; do sleep 0.5; done
