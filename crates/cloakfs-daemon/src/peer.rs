@@ -212,8 +212,8 @@ pub fn euid() -> u32 {
 
 /// Runs `f` on a fresh thread whose file-system identity is (`uid`, `gid`, `groups`), so
 /// every path lookup and permission check in `f` is made as that user (root's file
-/// capabilities are dropped with the fsuid). Only that thread changes: the raw per-thread
-/// system calls are used, not glibc's process-wide wrappers. When the daemon already runs
+/// capabilities are dropped with the fsuid), switched by the FUSE tree's own per-thread
+/// [`cloakfs_fuse::CredGuard`]. Only that thread changes. When the daemon already runs
 /// as `uid` (tests, an unprivileged daemon), `f` runs with the daemon's own identity.
 pub fn as_user<T: Send>(
     uid: u32,
@@ -231,40 +231,20 @@ pub fn as_user<T: Send>(
             "the daemon must run as root to act for other users",
         ));
     }
+    let creds = cloakfs_fuse::Creds {
+        uid,
+        gid,
+        groups: groups.to_vec(),
+    };
     std::thread::scope(|scope| {
         scope
             .spawn(|| {
-                set_fs_identity(uid, gid, groups)?;
-                // The thread ends after `f`: its credentials die with it.
+                let _as_user = cloakfs_fuse::CredGuard::switch(&creds)?;
                 f()
             })
             .join()
             .unwrap_or_else(|_| Err(io::Error::other("credential thread panicked")))
     })
-}
-
-fn set_fs_identity(uid: u32, gid: u32, groups: &[u32]) -> io::Result<()> {
-    let groups: Vec<libc::gid_t> = groups.to_vec();
-    // SAFETY: raw setgroups on this thread only; `groups` is a valid array of its length.
-    let rc = unsafe { libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: setfsgid/setfsuid take an id and only change this thread's fs credentials;
-    // they return the previous value, and -1 (invalid) just queries.
-    let (fsgid, fsuid) = unsafe {
-        libc::syscall(libc::SYS_setfsgid, gid);
-        let fsgid = libc::syscall(libc::SYS_setfsgid, u32::MAX);
-        libc::syscall(libc::SYS_setfsuid, uid);
-        let fsuid = libc::syscall(libc::SYS_setfsuid, u32::MAX);
-        (fsgid as u32, fsuid as u32)
-    };
-    if fsgid != gid || fsuid != uid {
-        return Err(io::Error::other(format!(
-            "could not switch to uid {uid} gid {gid} (now {fsuid}/{fsgid})"
-        )));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 
 /// The identity a request runs as.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Creds {
+pub struct Creds {
     pub uid: u32,
     pub gid: u32,
     pub groups: Vec<u32>,
@@ -115,17 +115,17 @@ fn set_groups(groups: &[Gid]) -> io::Result<()> {
     rustix::thread::set_thread_groups(groups).map_err(io::Error::from)
 }
 
-/// This worker thread runs with switched file-system credentials while the guard lives;
+/// This thread runs with switched file-system credentials while the guard lives;
 /// dropping it (also while unwinding) restores the daemon's. Not `Send`: the credentials
 /// belong to the thread.
 #[must_use]
-pub(crate) struct CredGuard {
+pub struct CredGuard {
     _thread: PhantomData<*const ()>,
 }
 
 impl CredGuard {
     /// Switches this thread's file-system identity to `c`.
-    pub(crate) fn switch(c: &Creds) -> io::Result<Self> {
+    pub fn switch(c: &Creds) -> io::Result<Self> {
         let _ = original();
         let groups: Vec<Gid> = c.groups.iter().map(|&g| Gid::from_raw(g)).collect();
         // Groups first: setting them needs CAP_SETGID, which does not depend on the fsuid,

@@ -33,6 +33,7 @@ pub mod tree;
 mod tree_ops;
 mod xattr;
 
+pub use creds::{CredGuard, Creds};
 pub use tree::{
     mount_tree, Access, AttachId, AttachSpec, Caller, Gate, MountedTree, Need, TreeHandle, Verdict,
 };
