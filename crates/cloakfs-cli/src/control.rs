@@ -1,23 +1,34 @@
 //! Talking to the multi-user daemon: one request, one answer, errors as one line.
 
 use crate::failure::{Failure, Result};
+use clap::Args;
 use cloakfs_daemon::client::Client;
 use cloakfs_daemon::protocol::{Entity, Request, Response};
 use std::ffi::CString;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-/// The control socket: `--socket`, else `$CLOAKFS_SOCKET`, else the default.
-pub fn socket_path(arg: Option<&Path>) -> PathBuf {
-    arg.map(Path::to_path_buf)
-        .or_else(|| std::env::var_os("CLOAKFS_SOCKET").map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from(cloakfs_daemon::protocol::DEFAULT_SOCKET))
+/// The `--socket PATH` option of every command that talks to the daemon.
+#[derive(Debug, Clone, Default, Args)]
+pub struct SocketArg {
+    /// The daemon's control socket (default: $CLOAKFS_SOCKET, else /run/cloakfs/control.sock).
+    #[arg(long = "socket", id = "socket", value_name = "PATH")]
+    path: Option<PathBuf>,
+}
+
+impl SocketArg {
+    /// `--socket`, else `$CLOAKFS_SOCKET`, else the default.
+    fn resolve(&self) -> PathBuf {
+        self.path
+            .clone()
+            .or_else(|| std::env::var_os("CLOAKFS_SOCKET").map(PathBuf::from))
+            .unwrap_or_else(|| PathBuf::from(cloakfs_daemon::protocol::DEFAULT_SOCKET))
+    }
 }
 
 /// Connects to the daemon.
-pub fn connect(socket: Option<&Path>) -> Result<Client> {
-    let path = socket_path(socket);
-    Client::connect(&path).map_err(|e| Failure::other(e.to_string()))
+pub fn connect(socket: &SocketArg) -> Result<Client> {
+    Client::connect(&socket.resolve()).map_err(|e| Failure::other(e.to_string()))
 }
 
 /// Sends `req` on `client` and returns the answer; a daemon-side error becomes a failure.
@@ -32,7 +43,7 @@ pub fn call_on(client: &mut Client, req: &Request) -> Result<Response> {
 }
 
 /// One request on a fresh connection.
-pub fn call(socket: Option<&Path>, req: &Request) -> Result<Response> {
+pub fn call(socket: &SocketArg, req: &Request) -> Result<Response> {
     call_on(&mut connect(socket)?, req)
 }
 
@@ -138,11 +149,6 @@ pub fn print_json<T: serde::Serialize>(value: &T) -> Result<()> {
     let s = serde_json::to_string_pretty(value).map_err(|e| Failure::other(e.to_string()))?;
     println!("{s}");
     Ok(())
-}
-
-/// The caller's request for status, used by more than one command.
-pub fn status(socket: Option<&Path>) -> Result<Response> {
-    call(socket, &Request::Status)
 }
 
 #[cfg(test)]

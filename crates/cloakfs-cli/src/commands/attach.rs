@@ -33,9 +33,8 @@ pub struct AttachArgs {
     /// Run CMD (as you, with the attach name and the reason as $1 and $2) on a timeout.
     #[arg(long, value_name = "CMD")]
     pub callback: Option<String>,
-    /// The daemon's control socket.
-    #[arg(long, value_name = "PATH")]
-    pub socket: Option<PathBuf>,
+    #[command(flatten)]
+    pub socket: control::SocketArg,
     /// The volume's cipher directory.
     pub cipherdir: PathBuf,
     /// Name under the tree root (e.g. /crypt/NAME).
@@ -60,7 +59,7 @@ pub fn run_attach(args: AttachArgs) -> Result<()> {
         (None, Some(n)) => Naming::Given(n),
         (None, None) => return Err(Failure::usage("give a NAME or --name HOW")),
     };
-    let mut client = control::connect(args.socket.as_deref())?;
+    let mut client = control::connect(&args.socket)?;
     let volume = crate::unlock::unlock(&args.unlock, &cipherdir)?;
     let master_key = Zeroizing::new(cloakfs_core::encoding::b64(volume.master_key().expose()));
     drop(volume);
@@ -92,16 +91,15 @@ pub fn run_attach(args: AttachArgs) -> Result<()> {
 
 #[derive(Debug, Args)]
 pub struct DetachArgs {
-    /// The daemon's control socket.
-    #[arg(long, value_name = "PATH")]
-    pub socket: Option<PathBuf>,
+    #[command(flatten)]
+    pub socket: control::SocketArg,
     /// The attach's name.
     pub name: String,
 }
 
 pub fn run_detach(args: DetachArgs) -> Result<()> {
     match control::call(
-        args.socket.as_deref(),
+        &args.socket,
         &Request::Detach {
             name: args.name.clone(),
         },
@@ -119,13 +117,12 @@ pub struct StatusArgs {
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
-    /// The daemon's control socket.
-    #[arg(long, value_name = "PATH")]
-    pub socket: Option<PathBuf>,
+    #[command(flatten)]
+    pub socket: control::SocketArg,
 }
 
 pub fn run_status(args: StatusArgs) -> Result<()> {
-    let r = control::status(args.socket.as_deref())?;
+    let r = control::call(&args.socket, &Request::Status)?;
     let Response::Status { attaches, sessions } = &r else {
         return Err(control::unexpected(&r));
     };

@@ -77,9 +77,8 @@ pub struct AuthzAddArgs {
     /// when a session of this authorization times out.
     #[arg(long, value_name = "CMD")]
     pub callback: Option<String>,
-    /// The daemon's control socket.
-    #[arg(long, value_name = "PATH")]
-    pub socket: Option<PathBuf>,
+    #[command(flatten)]
+    pub socket: control::SocketArg,
 }
 
 #[derive(Debug, Args)]
@@ -89,9 +88,8 @@ pub struct AuthzListArgs {
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
-    /// The daemon's control socket.
-    #[arg(long, value_name = "PATH")]
-    pub socket: Option<PathBuf>,
+    #[command(flatten)]
+    pub socket: control::SocketArg,
 }
 
 #[derive(Debug, Args)]
@@ -100,9 +98,8 @@ pub struct AuthzDelArgs {
     pub name: String,
     /// The authorization's ID (see `authz list`).
     pub id: u32,
-    /// The daemon's control socket.
-    #[arg(long, value_name = "PATH")]
-    pub socket: Option<PathBuf>,
+    #[command(flatten)]
+    pub socket: control::SocketArg,
 }
 
 pub fn run(cmd: AuthzCommand) -> Result<()> {
@@ -111,7 +108,7 @@ pub fn run(cmd: AuthzCommand) -> Result<()> {
         AuthzCommand::List(a) => list(a),
         AuthzCommand::Del(a) => {
             match control::call(
-                a.socket.as_deref(),
+                &a.socket,
                 &Request::AuthzDel {
                     name: a.name.clone(),
                     id: a.id,
@@ -183,7 +180,7 @@ fn add(a: AuthzAddArgs) -> Result<()> {
         ));
     };
     let perms = parse_perms(&a.perms)?;
-    let mut client = control::connect(a.socket.as_deref())?;
+    let mut client = control::connect(&a.socket)?;
     let auth = if a.auth == "passphrase" {
         let pass = read_new_passphrase(&a.secret, "Passphrase for this authorization: ")?;
         let params = match (a.kdf_memory, a.kdf_iterations) {
@@ -248,7 +245,7 @@ fn add(a: AuthzAddArgs) -> Result<()> {
 
 fn list(a: AuthzListArgs) -> Result<()> {
     let r = control::call(
-        a.socket.as_deref(),
+        &a.socket,
         &Request::AuthzList {
             name: a.name.clone(),
         },
@@ -290,13 +287,12 @@ pub struct AuthArgs {
     /// Run CMD with /bin/sh and use the first line it prints as the passphrase.
     #[arg(long, value_name = "CMD")]
     pub extpass: Option<String>,
-    /// The daemon's control socket.
-    #[arg(long, value_name = "PATH")]
-    pub socket: Option<PathBuf>,
+    #[command(flatten)]
+    pub socket: control::SocketArg,
 }
 
 pub fn run_auth(a: AuthArgs) -> Result<()> {
-    let mut client = control::connect(a.socket.as_deref())?;
+    let mut client = control::connect(&a.socket)?;
     let first = control::call_on(
         &mut client,
         &Request::Auth {
@@ -360,14 +356,13 @@ pub struct SessionsArgs {
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
-    /// The daemon's control socket.
-    #[arg(long, value_name = "PATH")]
-    pub socket: Option<PathBuf>,
+    #[command(flatten)]
+    pub socket: control::SocketArg,
 }
 
 pub fn run_sessions(a: SessionsArgs) -> Result<()> {
     let r = control::call(
-        a.socket.as_deref(),
+        &a.socket,
         &Request::Sessions {
             name: a.name.clone(),
         },
@@ -413,14 +408,13 @@ pub struct RevokeArgs {
     pub name: String,
     /// The session's ID (see `cloakfs sessions`).
     pub session: u64,
-    /// The daemon's control socket.
-    #[arg(long, value_name = "PATH")]
-    pub socket: Option<PathBuf>,
+    #[command(flatten)]
+    pub socket: control::SocketArg,
 }
 
 pub fn run_revoke(a: RevokeArgs) -> Result<()> {
     match control::call(
-        a.socket.as_deref(),
+        &a.socket,
         &Request::Revoke {
             name: a.name.clone(),
             session: a.session,
