@@ -237,101 +237,57 @@ fn aes256gcm_impl(c: &mut Criterion) {
         });
     }
 
-    // ring 0.17.
-    {
-        use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
-        let key = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &KEY).expect("key"));
-        let mut buf = plain.clone();
-        g.bench_function("ring/seal_4k", |b| {
-            b.iter(|| {
-                key.seal_in_place_separate_tag(
+    // ring 0.17 and aws-lc-rs (AWS-LC, BoringSSL-derived assembly) share one AEAD API.
+    macro_rules! ring_api_aes_gcm {
+        ($label:literal, $krate:ident) => {{
+            use $krate::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
+            let key = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &KEY).expect("key"));
+            let mut buf = plain.clone();
+            g.bench_function(concat!($label, "/seal_4k"), |b| {
+                b.iter(|| {
+                    key.seal_in_place_separate_tag(
+                        Nonce::assume_unique_for_key(NONCE12),
+                        Aad::from(AAD),
+                        black_box(&mut buf),
+                    )
+                    .expect("seal")
+                })
+            });
+            let mut sealed = plain.clone();
+            let tag = key
+                .seal_in_place_separate_tag(
                     Nonce::assume_unique_for_key(NONCE12),
                     Aad::from(AAD),
-                    black_box(&mut buf),
+                    &mut sealed,
                 )
-                .expect("seal")
-            })
-        });
-        let mut sealed = plain.clone();
-        let tag = key
-            .seal_in_place_separate_tag(
-                Nonce::assume_unique_for_key(NONCE12),
-                Aad::from(AAD),
-                &mut sealed,
-            )
-            .expect("seal");
-        sealed.extend_from_slice(tag.as_ref());
-        assert_eq!(sealed, reference, "same ciphertext and tag as RustCrypto");
-        let mut work = sealed.clone();
-        let opened = key
-            .open_in_place(
-                Nonce::assume_unique_for_key(NONCE12),
-                Aad::from(AAD),
-                &mut work,
-            )
-            .expect("open");
-        assert_eq!(opened, &plain[..]);
-        g.bench_function("ring/open_4k", |b| {
-            b.iter(|| {
-                work.copy_from_slice(black_box(&sealed));
-                key.open_in_place(
+                .expect("seal");
+            sealed.extend_from_slice(tag.as_ref());
+            assert_eq!(sealed, reference, "same ciphertext and tag as RustCrypto");
+            let mut work = sealed.clone();
+            let opened = key
+                .open_in_place(
                     Nonce::assume_unique_for_key(NONCE12),
                     Aad::from(AAD),
                     &mut work,
                 )
-                .expect("open")
-                .len()
-            })
-        });
+                .expect("open");
+            assert_eq!(opened, &plain[..]);
+            g.bench_function(concat!($label, "/open_4k"), |b| {
+                b.iter(|| {
+                    work.copy_from_slice(black_box(&sealed));
+                    key.open_in_place(
+                        Nonce::assume_unique_for_key(NONCE12),
+                        Aad::from(AAD),
+                        &mut work,
+                    )
+                    .expect("open")
+                    .len()
+                })
+            });
+        }};
     }
-
-    // aws-lc-rs (AWS-LC, BoringSSL-derived assembly).
-    {
-        use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
-        let key = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &KEY).expect("key"));
-        let mut buf = plain.clone();
-        g.bench_function("aws-lc-rs/seal_4k", |b| {
-            b.iter(|| {
-                key.seal_in_place_separate_tag(
-                    Nonce::assume_unique_for_key(NONCE12),
-                    Aad::from(AAD),
-                    black_box(&mut buf),
-                )
-                .expect("seal")
-            })
-        });
-        let mut sealed = plain.clone();
-        let tag = key
-            .seal_in_place_separate_tag(
-                Nonce::assume_unique_for_key(NONCE12),
-                Aad::from(AAD),
-                &mut sealed,
-            )
-            .expect("seal");
-        sealed.extend_from_slice(tag.as_ref());
-        assert_eq!(sealed, reference, "same ciphertext and tag as RustCrypto");
-        let mut work = sealed.clone();
-        let opened = key
-            .open_in_place(
-                Nonce::assume_unique_for_key(NONCE12),
-                Aad::from(AAD),
-                &mut work,
-            )
-            .expect("open");
-        assert_eq!(opened, &plain[..]);
-        g.bench_function("aws-lc-rs/open_4k", |b| {
-            b.iter(|| {
-                work.copy_from_slice(black_box(&sealed));
-                key.open_in_place(
-                    Nonce::assume_unique_for_key(NONCE12),
-                    Aad::from(AAD),
-                    &mut work,
-                )
-                .expect("open")
-                .len()
-            })
-        });
-    }
+    ring_api_aes_gcm!("ring", ring);
+    ring_api_aes_gcm!("aws-lc-rs", aws_lc_rs);
     g.finish();
 }
 
