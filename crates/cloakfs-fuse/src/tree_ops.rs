@@ -599,12 +599,17 @@ impl Filesystem for TreeFs {
                 reply.ok()
             };
         }
-        let dir = self
-            .shared
-            .attach(ino)
-            .and_then(|a| a.fs.node(ino).ok())
-            .is_some_and(|n| n.kind == crate::inode::Kind::Dir);
-        let (a, _creds) = route!(self, req, ino, &access_needs(mask, dir), reply);
+        // As `route`, with the needs depending on the node's kind.
+        let Some(a) = self.shared.attach(ino) else {
+            return reply.error(Errno::EIO);
+        };
+        let dir =
+            a.fs.node(ino)
+                .is_ok_and(|n| n.kind == crate::inode::Kind::Dir);
+        let _creds = match self.admit(&a, req, &access_needs(mask, dir)) {
+            Ok(creds) => creds,
+            Err(e) => return reply.error(e),
+        };
         a.fs.access(req, ino, mask, reply);
     }
 
