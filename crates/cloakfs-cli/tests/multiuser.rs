@@ -755,7 +755,10 @@ fn the_daemon_checks_cipherdir_access_as_the_user() {
         "master_key": cloakfs_core::encoding::b64(volume.master_key().expose()),
     });
     let send = |u: &User| {
-        let out = Command::new("setpriv")
+        // setsid: an attach is bound to the caller's Unix session, and the test runner's
+        // session leader may be outside this pid namespace (then getsid says 0).
+        let out = Command::new("setsid")
+            .args(["--wait", "setpriv"])
             .arg(format!("--reuid={}", u.uid))
             .arg(format!("--regid={}", u.gid))
             .arg("--init-groups")

@@ -27,6 +27,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use zeroize::{Zeroize, Zeroizing};
 
+/// Why an attach from a process whose session the daemon cannot see is refused: the attach
+/// ends with its owner's session, so it needs one to watch.
+const NO_SESSION: &str = "your process has no Unix session the daemon can see (its session \
+    leader is outside the daemon's pid namespace); run the command under `setsid`";
+
 /// The state of one control connection.
 pub struct Conn {
     pub peer: Peer,
@@ -268,7 +273,7 @@ impl<T: Tree> Daemon<T> {
         r: &AttachRequest,
         key: &MasterKey,
     ) -> Result<Response, String> {
-        let sid = session_of(peer.pid).ok_or("cannot find your Unix session")?;
+        let sid = session_of(peer.pid).ok_or(NO_SESSION)?;
         if !Path::new(&r.cipherdir).is_absolute() {
             return Err("the cipher directory must be an absolute path".into());
         }

@@ -90,6 +90,11 @@ mod tests {
             pid: std::process::id(),
         };
         let t = now();
+        // Under a session leader outside our pid namespace (some CI runners) getsid says 0,
+        // and an owner needs a session: then start one (this test process is no group leader).
+        if crate::peer::session_of(me.pid).is_none() {
+            let _ = rustix::process::setsid(); // a parallel test may have won the race
+        }
         let sid = crate::peer::session_of(me.pid).expect("our session");
         let mut owner = ProcIds::new(me.uid, me.gid, me.pid);
         let mut reg = shared.lock();

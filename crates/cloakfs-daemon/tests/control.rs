@@ -112,6 +112,12 @@ fn me() -> (u32, u32) {
 }
 
 fn call(env: &Env, req: &Request) -> Response {
+    // An attach is bound to its owner's Unix session. Under a session leader outside our pid
+    // namespace (some CI runners) getsid says 0: then start a session of our own (a test
+    // binary run by cargo is no process-group leader, so setsid succeeds).
+    if session_of(std::process::id()).is_none() {
+        let _ = rustix::process::setsid(); // a parallel test may have won the race
+    }
     Client::connect(&env.socket).unwrap().call(req).unwrap()
 }
 
