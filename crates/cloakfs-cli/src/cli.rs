@@ -179,7 +179,9 @@ pub struct MountArgs {
     /// Worker threads serving the file system.
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
-    /// Seconds the kernel may cache attributes and names.
+    /// Seconds the kernel may cache attributes and names [default: 30]. Changes made to the
+    /// cipher directory by anything but this mount show up after at most this long: use 1
+    /// if another machine or a sync client writes to it while it is mounted.
     #[arg(long, value_name = "SECS")]
     pub cache_timeout: Option<f64>,
     /// Append the daemon's log to FILE (default: syslog when daemonized).

@@ -189,8 +189,11 @@ impl ContentFile {
             return Ok(0);
         }
         let mut st = self.loaded_state_mut()?;
-        self.ensure_header(&mut st)?;
+        let mut header = self.new_header(&mut st);
         if off > st.size {
+            if let Some(h) = header.take() {
+                self.write_header(&h)?;
+            }
             self.extend(&mut st, off)?;
         }
         let layout = self.layout();
@@ -206,8 +209,18 @@ impl ContentFile {
             .min(layout.cipher_size(new_size));
         let overhead = layout.overhead() as usize;
 
-        SEALED.with_borrow_mut(|out| -> Result<()> {
-            out.resize((c_end - c_start) as usize, 0);
+        // A new file's header goes out with its first blocks (then c_start is HEADER_LEN).
+        let prefix = match header {
+            Some(_) => HEADER_LEN as usize,
+            None => 0,
+        };
+        debug_assert!(header.is_none() || c_start == HEADER_LEN);
+        SEALED.with_borrow_mut(|buf| -> Result<()> {
+            buf.resize(prefix + (c_end - c_start) as usize, 0);
+            let (head, out) = buf.split_at_mut(prefix);
+            if let Some(h) = &header {
+                head.copy_from_slice(h);
+            }
             // One getrandom(2) for the nonces of every block of the request.
             let mut nonces = cipher.fresh_nonces(span.count as usize).into_iter();
             // Edge blocks that keep old bytes need read-modify-write; the rest is sealed from
@@ -247,8 +260,13 @@ impl ContentFile {
             } else {
                 direct.into_iter().for_each(seal);
             }
-            self.reserve(layout.cipher_size(old_size), c_end)?;
-            self.file.write_all_at(out, c_start)?;
+            let from = if header.is_some() {
+                0
+            } else {
+                layout.cipher_size(old_size)
+            };
+            self.reserve(from, c_end)?;
+            self.file.write_all_at(buf, c_start - prefix as u64)?;
             Ok(())
         })?;
         st.size = new_size;
@@ -388,16 +406,32 @@ impl ContentFile {
     /// Gives a file that has no data a fresh header and file ID. A header-only file also gets
     /// a new ID, so an ID planted by someone else is never used for new data.
     fn ensure_header(&self, st: &mut State) -> Result<()> {
+        match self.new_header(st) {
+            Some(header) => self.write_header(&header),
+            None => Ok(()),
+        }
+    }
+
+    /// For a file that has no data: a fresh header, already keying `st`, for the caller to
+    /// write ahead of its first block in one system call (`None` if the file has data).
+    /// Whatever the backing file holds then (nothing, a header, or a header and fewer bytes
+    /// than a sealed block's overhead) lies within that write, so nothing old survives it.
+    fn new_header(&self, st: &mut State) -> Option<[u8; HEADER_LEN as usize]> {
         if st.size > 0 {
-            return Ok(());
+            return None;
         }
         let header = FileHeader {
             id: FileId::random(),
         };
-        self.reserve(self.file.metadata()?.len(), HEADER_LEN)?;
-        self.file.write_all_at(&header.to_bytes(), 0)?;
-        self.file.set_len(HEADER_LEN)?;
         st.cipher = Some(self.codec.file_cipher(header.id));
+        Some(header.to_bytes())
+    }
+
+    /// Writes `header` alone, leaving a header-only file.
+    fn write_header(&self, header: &[u8; HEADER_LEN as usize]) -> Result<()> {
+        self.reserve(self.file.metadata()?.len(), HEADER_LEN)?;
+        self.file.write_all_at(header, 0)?;
+        self.file.set_len(HEADER_LEN)?;
         Ok(())
     }
 
@@ -608,6 +642,44 @@ mod tests {
         let g = ContentFile::open(codec(false), std::fs::File::open(t.path()).unwrap()).unwrap();
         assert_eq!(read_all(&g), b"hello there, world");
         assert_eq!(std::fs::metadata(t.path()).unwrap().len(), 18 + 18 + 28);
+    }
+
+    #[test]
+    fn first_write_carries_a_fresh_header() {
+        // A header-only file, and one whose bytes after the header make no block (a torn
+        // first write): both get a new file ID and only the new data.
+        for junk in [0usize, 5, 28] {
+            let (f, t) = new_file(false);
+            f.write_at(0, b"old").unwrap();
+            f.truncate(0).unwrap();
+            let planted = FileHeader {
+                id: FileId([0x55; 16]),
+            }
+            .to_bytes();
+            let raw = std::fs::OpenOptions::new()
+                .write(true)
+                .open(t.path())
+                .unwrap();
+            raw.write_all_at(&planted, 0).unwrap();
+            raw.write_all_at(&vec![0xaa; junk], HEADER_LEN).unwrap();
+            let f2 = ContentFile::open(codec(false), clone(&t)).unwrap();
+            assert_eq!(f2.size(), 0, "junk {junk}");
+            f2.write_at(0, b"new").unwrap();
+            let bytes = std::fs::read(t.path()).unwrap();
+            assert_eq!(bytes.len(), 18 + 3 + 28, "junk {junk}");
+            assert_ne!(bytes[..18], planted[..], "junk {junk}");
+            let g = ContentFile::open(codec(false), clone(&t)).unwrap();
+            assert_eq!(read_all(&g), b"new");
+            drop(f);
+        }
+    }
+
+    fn clone(t: &tempfile::NamedTempFile) -> std::fs::File {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(t.path())
+            .unwrap()
     }
 
     #[test]

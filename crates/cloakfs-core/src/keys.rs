@@ -63,9 +63,23 @@ pub(crate) fn hkdf_expand<const N: usize>(
     label: &[u8],
     extra: &[u8],
 ) -> SecretBytes<N> {
-    let hk = Hkdf::<Sha256>::new(salt, ikm);
     let mut out = SecretBytes::<N>::zero();
-    hk.expand_multi_info(&[INFO_PREFIX.as_bytes(), label, extra], out.expose_mut())
-        .expect("HKDF output length is a small constant");
+    hkdf_expand_into(ikm, salt, label, extra, out.expose_mut());
     out
+}
+
+/// [`hkdf_expand`] into `out`, for a key that lives only until its cipher is keyed: the
+/// caller wipes it then (`Zeroizing`). Locking such a key into RAM would cost two system
+/// calls per file opened and protect nothing, since the cipher's own key schedule is not
+/// locked either.
+pub(crate) fn hkdf_expand_into(
+    ikm: &[u8],
+    salt: Option<&[u8]>,
+    label: &[u8],
+    extra: &[u8],
+    out: &mut [u8],
+) {
+    let hk = Hkdf::<Sha256>::new(salt, ikm);
+    hk.expand_multi_info(&[INFO_PREFIX.as_bytes(), label, extra], out)
+        .expect("HKDF output length is a small constant");
 }

@@ -3,7 +3,7 @@
 
 use crate::attr;
 use crate::fs::CloakFs;
-use crate::inode::Kind;
+use crate::inode::{Inode, Kind};
 use crate::sys::{self, errno, Res};
 use fuser::{Errno, FileAttr, INodeNo, ReplyData, Request, TimeOrNow};
 use rustix::fd::AsFd;
@@ -49,6 +49,7 @@ impl CloakFs {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         by_handle: bool,
+        kill_suidgid: bool,
     ) -> Res<FileAttr> {
         let inode = self.node(ino)?;
         let changes = mode.is_some()
@@ -84,6 +85,9 @@ impl CloakFs {
                 // truncate(2) by path may reuse a file someone else opened for writing.
                 self.check_access(&inode, rustix::fs::Access::WRITE_OK)?;
             }
+            if kill_suidgid && mode.is_none() {
+                self.kill_suidgid(&inode)?;
+            }
             self.with_file(&inode, true, |f| f.truncate(size))?;
         }
         if atime.is_some() || mtime.is_some() {
@@ -98,7 +102,31 @@ impl CloakFs {
         self.stat(&inode)
     }
 
-    pub(crate) fn do_open(&self, ino: INodeNo, flags: i32) -> Res<()> {
+    /// Clears setuid, and setgid if group-executable, as the kernel would on a write or
+    /// truncate by a caller without CAP_FSETID (FUSE_HANDLE_KILLPRIV_V2 leaves it to us).
+    /// Only a daemon that holds CAP_FSETID itself needs to: the backing file system clears
+    /// them on the writes and truncates of anyone else.
+    pub(crate) fn kill_suidgid(&self, inode: &Inode) -> Res<()> {
+        let mode = rustix::fs::fstat(inode.fd()).map_err(errno)?.st_mode;
+        let mut kill = libc::S_ISUID;
+        if mode & libc::S_IXGRP != 0 {
+            kill |= libc::S_ISGID;
+        }
+        if mode & kill == 0 {
+            return Ok(());
+        }
+        match rustix::fs::chmod(
+            sys::proc_path(inode.fd()),
+            Mode::from_raw_mode(mode & !kill & 0o7777),
+        ) {
+            // Not the owner and no CAP_FOWNER: then no CAP_FSETID either, so the backing
+            // write or truncate clears them.
+            Ok(()) | Err(rustix::io::Errno::PERM) => Ok(()),
+            Err(e) => Err(errno(e)),
+        }
+    }
+
+    pub(crate) fn do_open(&self, ino: INodeNo, flags: i32, kill_suidgid: bool) -> Res<()> {
         let inode = self.node(ino)?;
         match inode.kind {
             Kind::File => {}
@@ -111,6 +139,9 @@ impl CloakFs {
             self.writable()?;
         }
         self.check_access(&inode, open_access(flags))?;
+        if trunc && kill_suidgid {
+            self.kill_suidgid(&inode)?;
+        }
         let f = inode
             .acquire(&self.codec, writable, self.read_only)
             .map_err(|e| self.fail(&e, inode.fd(), None))?;
@@ -195,6 +226,17 @@ impl CloakFs {
             return Ok(attr);
         }
         // An existing file opened with O_TRUNC.
+        let killed = if self.caller_lacks_fsetid(req) {
+            self.kill_suidgid(&inode)
+        } else {
+            Ok(())
+        };
+        if let Err(e) = killed {
+            drop(file);
+            inode.release();
+            self.inodes.forget(inode.nodeid, 1);
+            return Err(e);
+        }
         if let Err(e) = file.truncate(0) {
             let errno = self.fail(&e, file.backing().as_fd(), None);
             drop(file);

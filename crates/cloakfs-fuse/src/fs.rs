@@ -143,6 +143,12 @@ impl CloakFs {
         Errno::from_i32(e.errno())
     }
 
+    /// Whether the kernel would clear setuid/setgid on `req`'s truncate: its caller is not
+    /// root while this daemon is (so the backing file system would keep them).
+    pub(crate) fn caller_lacks_fsetid(&self, req: &Request) -> bool {
+        self.euid == 0 && req.uid() != 0
+    }
+
     /// Who owns an object that request `req` creates, when that must be set explicitly: a
     /// root daemon serving another user (allow_other) gives new objects to the caller. The
     /// group is left alone under a set-group-ID parent, whose group new objects inherit.

@@ -50,7 +50,11 @@ pub(crate) fn negotiate(config: &mut KernelConfig, writeback: bool) {
         | InitFlags::FUSE_ASYNC_DIO
         | InitFlags::FUSE_CACHE_SYMLINKS
         | InitFlags::FUSE_DO_READDIRPLUS
-        | InitFlags::FUSE_READDIRPLUS_AUTO;
+        | InitFlags::FUSE_READDIRPLUS_AUTO
+        // We clear setuid/setgid where the kernel tells us to (see `kill_suidgid`); the
+        // backing file system drops security.capability on our own writes, truncates and
+        // chowns. In return the kernel stops asking for security.capability before writes.
+        | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
     if writeback {
         // The kernel then keeps written pages and sends them in large batches; it also
         // handles O_APPEND and mtime itself.
@@ -104,7 +108,7 @@ impl Filesystem for CloakFs {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -120,7 +124,8 @@ impl Filesystem for CloakFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        match self.do_setattr(ino, mode, uid, gid, size, atime, mtime, fh.is_some()) {
+        let kill = size.is_some() && self.caller_lacks_fsetid(req);
+        match self.do_setattr(ino, mode, uid, gid, size, atime, mtime, fh.is_some(), kill) {
             Ok(attr) => reply.attr(&self.attr_ttl(ino), &attr),
             Err(e) => reply.error(e),
         }
@@ -212,8 +217,9 @@ impl Filesystem for CloakFs {
         reply_entry(reply, &self.ttl, self.do_link(ino, newparent, newname));
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        match self.do_open(ino, flags.0) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let kill = flags.0 & libc::O_TRUNC != 0 && self.caller_lacks_fsetid(req);
+        match self.do_open(ino, flags.0, kill) {
             Ok(()) => reply.opened(FileHandle(0), OPEN_FLAGS),
             Err(e) => reply.error(e),
         }
@@ -240,7 +246,7 @@ impl Filesystem for CloakFs {
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
@@ -248,6 +254,9 @@ impl Filesystem for CloakFs {
         let r = self.writable().and_then(|()| {
             self.check_size(offset, data.len() as u64)?;
             let inode = self.node(ino)?;
+            if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+                self.kill_suidgid(&inode)?;
+            }
             self.with_file(&inode, true, |f| f.write_at(offset, data))
         });
         match r {
@@ -264,9 +273,10 @@ impl Filesystem for CloakFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // Writes reach the backing file synchronously; the kernel has written its cached
-        // pages before it sends a flush.
-        reply.ok();
+        // Writes reach the backing file synchronously, and the kernel writes its cached pages
+        // (and reports their errors) before it would send a flush; locks are the kernel's.
+        // ENOSYS tells it to send no more flushes: one round trip less per close.
+        reply.error(Errno::ENOSYS);
     }
 
     fn release(

@@ -1045,3 +1045,50 @@ fn new_objects_belong_to_their_creator_under_allow_other() {
 }
 
 use std::os::unix::process::CommandExt as _;
+
+#[test]
+fn writes_and_truncates_by_others_clear_setuid_and_setgid() {
+    // The mount asks the kernel to leave clearing these to it (FUSE_HANDLE_KILLPRIV_V2), and a
+    // root daemon holds CAP_FSETID, so the backing file system would keep them: cloakfs must
+    // clear them as the kernel would for a caller without CAP_FSETID.
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let fs = TestFs::with(|o| {
+        o.allow_other = true;
+        o.default_permissions = true;
+    });
+    fs::set_permissions(fs.tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    for name in ["w", "t", "o", "g", "r"] {
+        fs::write(fs.p(name), b"data").unwrap();
+        std::os::unix::fs::chown(fs.p(name), Some(4242), Some(4343)).unwrap();
+        let mode = if name == "g" { 0o6745 } else { 0o6755 };
+        fs::set_permissions(fs.p(name), fs::Permissions::from_mode(mode)).unwrap();
+    }
+    assert!(run(Command::new("sh")
+        .arg("-c")
+        .arg("echo x >> w && truncate -s 1 t && : > o && echo x >> g")
+        .current_dir(&fs.mnt)
+        .uid(4242)
+        .gid(4343)));
+    // Root writes with CAP_FSETID: the bits stay.
+    assert!(run(Command::new("sh")
+        .arg("-c")
+        .arg("echo x >> r")
+        .current_dir(&fs.mnt)));
+    let mode = |name: &str| fs::metadata(fs.p(name)).unwrap().mode() & 0o7777;
+    assert_eq!(mode("w"), 0o755, "written by the owner");
+    assert_eq!(mode("t"), 0o755, "truncate(2)");
+    assert_eq!(mode("o"), 0o755, "open with O_TRUNC");
+    // Set-group-ID without group execute is no privilege (mandatory-lock mark): it stays.
+    assert_eq!(mode("g"), 0o2745);
+    assert_eq!(mode("r"), 0o6755, "written by root");
+    for name in ["w", "t", "o"] {
+        let b = fs::metadata(fs.backing(name)).unwrap().mode() & 0o7777;
+        assert_eq!(b, 0o755, "backing of {name}");
+    }
+    assert_eq!(fs::read(fs.p("w")).unwrap(), b"datax\n");
+    assert_eq!(fs::read(fs.p("t")).unwrap(), b"d");
+    assert_eq!(fs::read(fs.p("o")).unwrap(), b"");
+}
