@@ -1,6 +1,10 @@
-//! Extended attributes: `user.*` names and values are encrypted by the core library; other
-//! namespaces (POSIX ACLs, security labels) pass through as they are, since the kernel and
-//! the backing file system interpret them.
+//! Extended attributes: `user.*` names and values are encrypted by the core library; POSIX
+//! ACLs, `security.capability` and `trusted.*` pass through as they are, since the kernel and
+//! the backing file system interpret them. Security-module labels (`security.selinux`,
+//! `security.SMACK64`, `security.ima`, ...) are not supported: a backing file's label is the
+//! ciphertext's, and the kernel labels FUSE files by mount, never by xattr. Saying so
+//! (EOPNOTSUPP) lets `ls -l` stop asking for them after one file, where ENODATA costs one
+//! round trip per file listed.
 
 use crate::fs::CloakFs;
 use crate::inode::Kind;
@@ -55,6 +59,24 @@ fn sized(
     }
 }
 
+/// The one `security.*` name with a meaning for the plaintext view: file capabilities, which
+/// the kernel reads through the mount on exec.
+const CAPABILITY: &[u8] = b"security.capability";
+
+/// Whether `name` (plaintext or stored: both keep their namespace) is a security-module label.
+fn is_lsm_label(name: &[u8]) -> bool {
+    name.starts_with(b"security.") && name != CAPABILITY
+}
+
+/// Refuses the names this file system does not keep.
+fn supported(name: &OsStr) -> Res<()> {
+    if is_lsm_label(name.as_bytes()) {
+        Err(Errno::EOPNOTSUPP)
+    } else {
+        Ok(())
+    }
+}
+
 impl CloakFs {
     /// The stored name of xattr `name` (`None`: passed through unencrypted).
     fn stored_xattr_name(&self, name: &OsStr) -> Res<Option<Vec<u8>>> {
@@ -65,6 +87,7 @@ impl CloakFs {
     }
 
     pub(crate) fn get_xattr(&self, ino: INodeNo, name: &OsStr) -> Res<Vec<u8>> {
+        supported(name)?;
         let inode = self.node(ino)?;
         // No race-free way to reach a symlink's own xattrs, and Linux allows no user.* ones.
         if inode.kind == Kind::Symlink {
@@ -104,6 +127,7 @@ impl CloakFs {
         if position != 0 {
             return Err(Errno::EINVAL);
         }
+        supported(name)?;
         let inode = self.node(ino)?;
         if inode.kind == Kind::Symlink {
             return Err(Errno::EPERM);
@@ -138,7 +162,8 @@ impl CloakFs {
             )
             .map_err(errno)?;
             let mut out = Vec::with_capacity(n);
-            for stored in buf[..n].split(|&b| b == 0).filter(|s| !s.is_empty()) {
+            let names = buf[..n].split(|&b| b == 0);
+            for stored in names.filter(|s| !s.is_empty() && !is_lsm_label(s)) {
                 match self.volume.meta().decrypt_xattr_name(stored) {
                     Ok(plain) => {
                         out.extend_from_slice(&plain);
@@ -167,6 +192,7 @@ impl CloakFs {
 
     pub(crate) fn remove_xattr(&self, ino: INodeNo, name: &OsStr) -> Res<()> {
         self.writable()?;
+        supported(name)?;
         let inode = self.node(ino)?;
         if inode.kind == Kind::Symlink {
             return Err(Errno::EPERM);

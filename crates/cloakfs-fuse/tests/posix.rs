@@ -733,6 +733,38 @@ fn posix_acl_xattr_passes_through() {
 }
 
 #[test]
+fn security_labels_are_refused_and_capabilities_pass_through() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let fs = TestFs::new();
+    fs::write(fs.p("f"), b"x").unwrap();
+    // A label on the backing file is the ciphertext's: neither shown nor settable.
+    setxattr(&fs.backing("f"), "security.selinux", b"label\0", 0).unwrap();
+    let e = getxattr(&fs.p("f"), "security.selinux", true).unwrap_err();
+    assert_eq!(errno(&e), libc::EOPNOTSUPP);
+    let e = setxattr(&fs.p("f"), "security.SMACK64", b"x", 0).unwrap_err();
+    assert_eq!(errno(&e), libc::EOPNOTSUPP);
+    // File capabilities (v2: CAP_NET_RAW permitted) are the kernel's to use on exec.
+    let mut caps = 0x0200_0000u32.to_le_bytes().to_vec();
+    for word in [1u32 << 13, 0, 0, 0] {
+        caps.extend_from_slice(&word.to_le_bytes());
+    }
+    setxattr(&fs.p("f"), "security.capability", &caps, 0).unwrap();
+    assert_eq!(
+        getxattr(&fs.p("f"), "security.capability", true).unwrap(),
+        caps
+    );
+    assert_eq!(
+        getxattr(&fs.backing("f"), "security.capability", false).unwrap(),
+        caps
+    );
+    let names = listxattr(&fs.p("f")).unwrap();
+    assert_eq!(names, vec![b"security.capability".to_vec()]);
+}
+
+#[test]
 fn mmap_shared_writable() {
     let mut fs = TestFs::new();
     let len = 3 * 4096 + 100;
