@@ -41,6 +41,7 @@ impl CloakFs {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn do_setattr(
         &self,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -49,7 +50,6 @@ impl CloakFs {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         by_handle: bool,
-        kill_suidgid: bool,
     ) -> Res<FileAttr> {
         let inode = self.node(ino)?;
         let changes = mode.is_some()
@@ -85,8 +85,8 @@ impl CloakFs {
                 // truncate(2) by path may reuse a file someone else opened for writing.
                 self.check_access(&inode, rustix::fs::Access::WRITE_OK)?;
             }
-            if kill_suidgid && mode.is_none() {
-                self.kill_suidgid(&inode)?;
+            if mode.is_none() {
+                self.kill_suidgid_on_truncate(req, &inode)?;
             }
             self.with_file(&inode, true, |f| f.truncate(size))?;
         }
@@ -126,7 +126,18 @@ impl CloakFs {
         }
     }
 
-    pub(crate) fn do_open(&self, ino: INodeNo, flags: i32, kill_suidgid: bool) -> Res<()> {
+    /// [`Self::kill_suidgid`] for a truncate (setattr, or an open with O_TRUNC) by `req`,
+    /// when the backing file system would not clear them: the caller lacks CAP_FSETID (not
+    /// root) but this daemon holds it.
+    fn kill_suidgid_on_truncate(&self, req: &Request, inode: &Inode) -> Res<()> {
+        if self.serves_other_user(req) {
+            self.kill_suidgid(inode)
+        } else {
+            Ok(())
+        }
+    }
+
+    pub(crate) fn do_open(&self, req: &Request, ino: INodeNo, flags: i32) -> Res<()> {
         let inode = self.node(ino)?;
         match inode.kind {
             Kind::File => {}
@@ -139,8 +150,8 @@ impl CloakFs {
             self.writable()?;
         }
         self.check_access(&inode, open_access(flags))?;
-        if trunc && kill_suidgid {
-            self.kill_suidgid(&inode)?;
+        if trunc {
+            self.kill_suidgid_on_truncate(req, &inode)?;
         }
         let f = inode
             .acquire(&self.codec, writable, self.read_only)
@@ -226,19 +237,11 @@ impl CloakFs {
             return Ok(attr);
         }
         // An existing file opened with O_TRUNC.
-        let killed = if self.caller_lacks_fsetid(req) {
-            self.kill_suidgid(&inode)
-        } else {
-            Ok(())
-        };
-        if let Err(e) = killed {
-            drop(file);
-            inode.release();
-            self.inodes.forget(inode.nodeid, 1);
-            return Err(e);
-        }
-        if let Err(e) = file.truncate(0) {
-            let errno = self.fail(&e, file.backing().as_fd(), None);
+        let truncated = self.kill_suidgid_on_truncate(req, &inode).and_then(|()| {
+            file.truncate(0)
+                .map_err(|e| self.fail(&e, file.backing().as_fd(), None))
+        });
+        if let Err(errno) = truncated {
             drop(file);
             inode.release();
             self.inodes.forget(inode.nodeid, 1);

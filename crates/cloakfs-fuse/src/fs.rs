@@ -143,9 +143,9 @@ impl CloakFs {
         Errno::from_i32(e.errno())
     }
 
-    /// Whether the kernel would clear setuid/setgid on `req`'s truncate: its caller is not
-    /// root while this daemon is (so the backing file system would keep them).
-    pub(crate) fn caller_lacks_fsetid(&self, req: &Request) -> bool {
+    /// Whether this daemon runs as root for a caller who is not (allow_other): then the
+    /// backing file system sees root's privileges, not the caller's.
+    pub(crate) fn serves_other_user(&self, req: &Request) -> bool {
         self.euid == 0 && req.uid() != 0
     }
 
@@ -154,7 +154,7 @@ impl CloakFs {
     /// group is left alone under a set-group-ID parent, whose group new objects inherit.
     /// In the tree, requests already run as the right user.
     pub(crate) fn new_owner(&self, req: &Request, parent: &Inode) -> Option<(u32, Option<u32>)> {
-        if self.euid != 0 || req.uid() == 0 || self.attach_owner.is_some() {
+        if !self.serves_other_user(req) || self.attach_owner.is_some() {
             return None;
         }
         let sgid = rustix::fs::fstat(parent.fd())

@@ -124,8 +124,7 @@ impl Filesystem for CloakFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let kill = size.is_some() && self.caller_lacks_fsetid(req);
-        match self.do_setattr(ino, mode, uid, gid, size, atime, mtime, fh.is_some(), kill) {
+        match self.do_setattr(req, ino, mode, uid, gid, size, atime, mtime, fh.is_some()) {
             Ok(attr) => reply.attr(&self.attr_ttl(ino), &attr),
             Err(e) => reply.error(e),
         }
@@ -218,8 +217,7 @@ impl Filesystem for CloakFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let kill = flags.0 & libc::O_TRUNC != 0 && self.caller_lacks_fsetid(req);
-        match self.do_open(ino, flags.0, kill) {
+        match self.do_open(req, ino, flags.0) {
             Ok(()) => reply.opened(FileHandle(0), OPEN_FLAGS),
             Err(e) => reply.error(e),
         }
