@@ -293,10 +293,11 @@ fn mkdir_creates_durable_dir_id_and_no_leftovers() {
 #[test]
 fn new_modes_follow_the_callers_umask_not_the_daemons() {
     let fs = TestFs::new();
-    assert!(run(Command::new("sh")
-        .arg("-c")
-        .arg("umask 002 && : > f && mkdir d && mkfifo p")
-        .current_dir(&fs.mnt)));
+    assert!(sh_in_mount(
+        &fs,
+        "umask 002 && : > f && mkdir d && mkfifo p",
+        None
+    ));
     let mode = |n: &str| fs::symlink_metadata(fs.p(n)).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode("f"), 0o664);
     assert_eq!(mode("d"), 0o775);
@@ -1050,65 +1051,76 @@ fn read_only_mount_refuses_writes() {
 
 #[test]
 fn new_objects_belong_to_their_creator_under_allow_other() {
+    let Some(fs) = mount_for_other_users() else {
+        return;
+    };
+    fs::create_dir(fs.p("pub")).unwrap();
+    fs::set_permissions(fs.p("pub"), fs::Permissions::from_mode(0o777)).unwrap();
+    assert!(sh_in_mount(
+        &fs,
+        "echo hi > pub/f && mkdir pub/d && ln -s f pub/l && mkfifo pub/p",
+        Some(OTHER_USER)
+    ));
+    for name in ["pub/f", "pub/d", "pub/l", "pub/p"] {
+        let m = fs::symlink_metadata(fs.p(name)).unwrap();
+        assert_eq!((m.uid(), m.gid()), OTHER_USER, "{name}");
+        let b = fs::symlink_metadata(fs.backing(name)).unwrap();
+        assert_eq!((b.uid(), b.gid()), OTHER_USER, "backing of {name}");
+    }
+    assert_eq!(fs::read(fs.p("pub/f")).unwrap(), b"hi\n");
+}
+
+/// A user and group nobody on the test machine has, for the mounts other users may use.
+const OTHER_USER: (u32, u32) = (4242, 4343);
+
+/// A mount other users may use (allow_other, the kernel checking modes), its scratch directory
+/// open to them; `None` (test skipped) without root.
+fn mount_for_other_users() -> Option<TestFs> {
     if !is_root() {
         eprintln!("skipped: needs root");
-        return;
+        return None;
     }
     let fs = TestFs::with(|o| {
         o.allow_other = true;
         o.default_permissions = true;
     });
     fs::set_permissions(fs.tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
-    fs::create_dir(fs.p("pub")).unwrap();
-    fs::set_permissions(fs.p("pub"), fs::Permissions::from_mode(0o777)).unwrap();
-    assert!(run(Command::new("sh")
-        .arg("-c")
-        .arg("echo hi > pub/f && mkdir pub/d && ln -s f pub/l && mkfifo pub/p")
-        .current_dir(&fs.mnt)
-        .uid(4242)
-        .gid(4343)));
-    for name in ["pub/f", "pub/d", "pub/l", "pub/p"] {
-        let m = fs::symlink_metadata(fs.p(name)).unwrap();
-        assert_eq!((m.uid(), m.gid()), (4242, 4343), "{name}");
-        let b = fs::symlink_metadata(fs.backing(name)).unwrap();
-        assert_eq!((b.uid(), b.gid()), (4242, 4343), "backing of {name}");
-    }
-    assert_eq!(fs::read(fs.p("pub/f")).unwrap(), b"hi\n");
+    Some(fs)
 }
 
-use std::os::unix::process::CommandExt as _;
+/// Runs `script` with `sh -c` in the mount, as `user` (uid, gid) if given, else as ourselves;
+/// whether it succeeded.
+fn sh_in_mount(fs: &TestFs, script: &str, user: Option<(u32, u32)>) -> bool {
+    use std::os::unix::process::CommandExt as _;
+    let mut c = Command::new("sh");
+    c.arg("-c").arg(script).current_dir(&fs.mnt);
+    if let Some((uid, gid)) = user {
+        c.uid(uid).gid(gid);
+    }
+    run(&mut c)
+}
 
 #[test]
 fn writes_and_truncates_by_others_clear_setuid_and_setgid() {
     // The mount asks the kernel to leave clearing these to it (FUSE_HANDLE_KILLPRIV_V2), and a
     // root daemon holds CAP_FSETID, so the backing file system would keep them: cloakfs must
     // clear them as the kernel would for a caller without CAP_FSETID.
-    if !is_root() {
-        eprintln!("skipped: needs root");
+    let Some(fs) = mount_for_other_users() else {
         return;
-    }
-    let fs = TestFs::with(|o| {
-        o.allow_other = true;
-        o.default_permissions = true;
-    });
-    fs::set_permissions(fs.tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    };
     for name in ["w", "t", "o", "g", "r"] {
         fs::write(fs.p(name), b"data").unwrap();
-        std::os::unix::fs::chown(fs.p(name), Some(4242), Some(4343)).unwrap();
+        std::os::unix::fs::chown(fs.p(name), Some(OTHER_USER.0), Some(OTHER_USER.1)).unwrap();
         let mode = if name == "g" { 0o6745 } else { 0o6755 };
         fs::set_permissions(fs.p(name), fs::Permissions::from_mode(mode)).unwrap();
     }
-    assert!(run(Command::new("sh")
-        .arg("-c")
-        .arg("echo x >> w && truncate -s 1 t && : > o && echo x >> g")
-        .current_dir(&fs.mnt)
-        .uid(4242)
-        .gid(4343)));
+    assert!(sh_in_mount(
+        &fs,
+        "echo x >> w && truncate -s 1 t && : > o && echo x >> g",
+        Some(OTHER_USER)
+    ));
     // Root writes with CAP_FSETID: the bits stay.
-    assert!(run(Command::new("sh")
-        .arg("-c")
-        .arg("echo x >> r")
-        .current_dir(&fs.mnt)));
+    assert!(sh_in_mount(&fs, "echo x >> r", None));
     let mode = |name: &str| fs::metadata(fs.p(name)).unwrap().mode() & 0o7777;
     assert_eq!(mode("w"), 0o755, "written by the owner");
     assert_eq!(mode("t"), 0o755, "truncate(2)");
