@@ -438,3 +438,71 @@ fn mount_refuses_a_volume_with_an_unfinished_rekey() {
     assert_fails(&f.mount(&[]), 8, "rekey");
     assert!(!is_mounted(&f.mnt));
 }
+
+/// Every node the kernel knows holds a descriptor, so a tree larger than the daemon's
+/// descriptor limit must still work: the daemon has the kernel drop names it has not used
+/// lately. Without that, creating file 240 below fails with EMFILE.
+#[test]
+fn a_tree_larger_than_the_descriptor_limit_stays_usable() {
+    const LIMIT: u32 = 256;
+    const FILES: u32 = 1500;
+    let f = Fixture::new();
+    // setpriv drops CAP_SYS_RESOURCE, which would let the daemon raise the limit again.
+    let mut child = Command::new("prlimit")
+        .arg(format!("--nofile={LIMIT}:{LIMIT}"))
+        .args([
+            "setpriv",
+            "--bounding-set=-sys_resource",
+            BIN,
+            "mount",
+            "-f",
+        ])
+        .args(["--passfile", s(&f.pass), s(&f.cipher), s(&f.mnt)])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let guard = MountGuard(f.mnt.clone());
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.id())).unwrap();
+    let soft = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        soft,
+        LIMIT.to_string(),
+        "the daemon must run under the test's limit"
+    );
+
+    let dir = f.mnt.join("many");
+    std::fs::create_dir(&dir).unwrap();
+    for i in 0..FILES {
+        std::fs::write(dir.join(format!("f{i:05}")), format!("content {i}\n"))
+            .unwrap_or_else(|e| panic!("creating file {i}: {e}"));
+    }
+    // A listing with attributes, then every file read back.
+    let ls = Command::new("ls").arg("-l").arg(&dir).output().unwrap();
+    assert!(ls.status.success(), "ls -l: {}", stderr(&ls));
+    let listed = String::from_utf8_lossy(&ls.stdout)
+        .lines()
+        .filter(|l| l.starts_with('-'))
+        .count();
+    assert_eq!(listed, FILES as usize);
+    for i in 0..FILES {
+        let got = std::fs::read_to_string(dir.join(format!("f{i:05}")))
+            .unwrap_or_else(|e| panic!("reading file {i}: {e}"));
+        assert_eq!(got, format!("content {i}\n"));
+    }
+    let fds = std::fs::read_dir(format!("/proc/{}/fd", child.id()))
+        .unwrap()
+        .count();
+    assert!(fds < LIMIT as usize, "{fds} descriptors open");
+    guard.unmount();
+    assert!(child.wait().unwrap().success());
+}

@@ -17,15 +17,23 @@ impl CloakFs {
     pub(crate) fn do_lookup(&self, parent: INodeNo, name: &OsStr) -> Res<FileAttr> {
         let p = self.node(parent)?;
         let stored = self.stored_name(&p, name)?;
-        self.lookup_backing(&p, stored.backing()).map(|(_, a)| a)
+        self.lookup_backing(&p, stored.backing(), name)
+            .map(|(_, a)| a)
     }
 
-    /// Gives a just-created entry to its creator if needed, and looks it up for the kernel.
-    pub(crate) fn finish_create(&self, req: &Request, p: &Inode, backing: &str) -> Res<FileAttr> {
+    /// Gives just-created entry `name` to its creator if needed, and looks it up for the
+    /// kernel.
+    pub(crate) fn finish_create(
+        &self,
+        req: &Request,
+        p: &Inode,
+        backing: &str,
+        name: &OsStr,
+    ) -> Res<FileAttr> {
         if let Some((uid, gid)) = self.new_owner(req, p) {
             chown(p.fd(), backing, uid, gid)?;
         }
-        self.lookup_backing(p, backing).map(|(_, a)| a)
+        self.lookup_backing(p, backing, name).map(|(_, a)| a)
     }
 
     pub(crate) fn do_readlink(&self, ino: INodeNo) -> Res<Vec<u8>> {
@@ -66,7 +74,7 @@ impl CloakFs {
             }
             return Err(errno(e));
         }
-        self.finish_create(req, &p, stored.backing())
+        self.finish_create(req, &p, stored.backing(), name)
     }
 
     pub(crate) fn do_mkdir(
@@ -82,7 +90,7 @@ impl CloakFs {
         let stored = self.stored_name(&p, name)?;
         let (dfd, id) = self.make_dir(&p, &stored, mode & 0o7777, self.new_owner(req, &p))?;
         let fd = sys::reopen(dfd.as_fd(), OFlags::PATH | OFlags::DIRECTORY).map_err(errno)?;
-        let (inode, attr) = self.lookup_fd(fd)?;
+        let (inode, attr) = self.lookup_fd(fd, &p, name)?;
         let _ = inode.dir_id.set(id);
         Ok(attr)
     }
@@ -126,7 +134,7 @@ impl CloakFs {
             }
             return Err(errno(e));
         }
-        self.finish_create(req, &p, stored.backing())
+        self.finish_create(req, &p, stored.backing(), name)
     }
 
     pub(crate) fn do_rename(
@@ -214,6 +222,7 @@ impl CloakFs {
             }
             return Err(errno(e));
         }
-        self.lookup_backing(&np, stored.backing()).map(|(_, a)| a)
+        self.lookup_backing(&np, stored.backing(), newname)
+            .map(|(_, a)| a)
     }
 }

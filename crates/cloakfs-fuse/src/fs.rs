@@ -4,17 +4,20 @@
 use crate::attr::{self, Meta};
 use crate::dir::DirHandle;
 use crate::inode::{Inode, InodeTable, Kind};
+use crate::prune::Pruner;
 use crate::sys::{self, errno, Res};
 use cloakfs_core::content::ContentCodec;
 use cloakfs_core::file::ContentFile;
 use cloakfs_core::Volume;
-use fuser::{AccessFlags, Errno, FileAttr, INodeNo, Request};
+use fuser::{AccessFlags, Errno, FileAttr, INodeNo, Notifier, Request};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::AtFlags;
 use std::collections::{HashMap, HashSet};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 /// The mounted plaintext view of one cipher directory.
@@ -37,15 +40,19 @@ pub(crate) struct CloakFs {
     pub(crate) attach_owner: Option<(u32, u32)>,
     /// Backing entries already reported as undecryptable (directory node, backing name).
     pub(crate) warned: Mutex<HashSet<(u64, Vec<u8>)>>,
+    /// Keeps the nodes (one descriptor each) below the descriptor limit.
+    pub(crate) pruner: Pruner,
 }
 
 impl CloakFs {
-    /// Opens the cipher directory's root for serving `volume`.
+    /// Opens the cipher directory's root for serving `volume`. `notifier` is filled in once
+    /// the session exists.
     pub(crate) fn new(
         volume: Volume,
         cipherdir: &Path,
         ttl: Duration,
         read_only: bool,
+        notifier: Arc<OnceLock<Notifier>>,
     ) -> std::io::Result<Self> {
         let fd = rustix::fs::open(
             cipherdir,
@@ -58,7 +65,7 @@ impl CloakFs {
                 format!("cipher directory {}: {e}", cipherdir.display()),
             )
         })?;
-        Self::from_fd(volume, fd, ttl, read_only, 0, None)
+        Self::from_fd(volume, fd, ttl, read_only, 0, None, notifier)
     }
 
     /// Serves `volume` from the cipher directory behind (`O_PATH`) descriptor `fd`. `base`
@@ -71,6 +78,7 @@ impl CloakFs {
         read_only: bool,
         base: u64,
         attach_owner: Option<(u32, u32)>,
+        notifier: Arc<OnceLock<Notifier>>,
     ) -> std::io::Result<Self> {
         let meta = Meta::from_stat(&rustix::fs::fstat(&fd)?);
         if meta.kind() != Some(fuser::FileType::Directory) {
@@ -93,6 +101,7 @@ impl CloakFs {
             euid: rustix::process::geteuid().as_raw(),
             attach_owner,
             warned: Mutex::new(HashSet::new()),
+            pruner: Pruner::for_fd_limit(notifier),
         })
     }
 
@@ -226,20 +235,31 @@ impl CloakFs {
         Ok(self.attr_of(inode, &Meta::from_stat(&st)))
     }
 
-    /// Looks up backing entry `backing` of `parent` for the kernel (counting one reference).
+    /// Looks up backing entry `backing` of `parent`, plaintext `name`, for the kernel
+    /// (counting one reference).
     pub(crate) fn lookup_backing(
         &self,
         parent: &Inode,
         backing: &str,
+        name: &OsStr,
     ) -> Res<(Arc<Inode>, FileAttr)> {
         let fd = sys::open_path(parent.fd(), backing).map_err(errno)?;
-        self.lookup_fd(fd)
+        self.lookup_fd(fd, parent, name)
     }
 
-    /// Counts one kernel reference to the object behind `O_PATH` descriptor `fd`.
-    pub(crate) fn lookup_fd(&self, fd: OwnedFd) -> Res<(Arc<Inode>, FileAttr)> {
+    /// Counts one kernel reference to the object behind `O_PATH` descriptor `fd`, known to
+    /// the kernel as `name` in `parent`.
+    pub(crate) fn lookup_fd(
+        &self,
+        fd: OwnedFd,
+        parent: &Inode,
+        name: &OsStr,
+    ) -> Res<(Arc<Inode>, FileAttr)> {
         let m = Meta::from_stat(&rustix::fs::fstat(&fd).map_err(errno)?);
-        let inode = self.inodes.lookup(fd, &m);
+        let (inode, live) = self.inodes.lookup(fd, &m, parent.nodeid, name.as_bytes());
+        if let Some(n) = live.and_then(|live| self.pruner.due(live, self.inodes.clock())) {
+            self.pruner.send(self.inodes.least_used(n));
+        }
         let attr = self.attr_of(&inode, &m);
         Ok((inode, attr))
     }

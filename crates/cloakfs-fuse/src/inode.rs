@@ -11,12 +11,14 @@
 //! being `base | 1`, so no two attaches can ever hand out the same number.
 
 use crate::attr::Meta;
+use crate::prune::{self, SeenAs};
 use cloakfs_core::content::ContentCodec;
 use cloakfs_core::file::ContentFile;
 use cloakfs_core::names::DirId;
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::OFlags;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
 /// FUSE's number for the root directory.
@@ -70,6 +72,8 @@ pub(crate) struct Inode {
     /// Plaintext length of the symlink target (symlinks never change).
     pub(crate) symlink_len: OnceLock<u64>,
     open: Mutex<OpenState>,
+    /// The table's clock when a request last used this node (for pruning).
+    last_used: AtomicU64,
 }
 
 impl std::fmt::Debug for Inode {
@@ -97,6 +101,7 @@ impl Inode {
             dir_id: OnceLock::new(),
             symlink_len: OnceLock::new(),
             open: Mutex::new(OpenState::default()),
+            last_used: AtomicU64::new(0),
         }
     }
 
@@ -197,6 +202,8 @@ impl Inode {
 struct Entry {
     inode: Arc<Inode>,
     lookups: u64,
+    /// The name the kernel last looked it up by, if known (what a prune invalidates).
+    seen_as: Option<SeenAs>,
 }
 
 #[derive(Default)]
@@ -214,6 +221,8 @@ pub(crate) struct InodeTable {
     /// 0 for a mount of its own (numbers from backing inodes); else the high bits every
     /// number of this table carries in the multi-user tree.
     base: u64,
+    /// Nodes made so far: the time scale of least-recently-used.
+    clock: AtomicU64,
 }
 
 impl InodeTable {
@@ -234,12 +243,15 @@ impl InodeTable {
             Entry {
                 inode: Arc::new(root),
                 lookups: 1,
+                seen_as: None,
             },
         );
+        prune::node_made();
         Self {
             inner: RwLock::new(t),
             root_dev: m.dev,
             base,
+            clock: AtomicU64::new(0),
         }
     }
 
@@ -266,9 +278,56 @@ impl InodeTable {
         self.inner.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The node `nodeid`, if the kernel still holds it.
+    /// The node `nodeid`, if the kernel still holds it, marked as used now.
     pub(crate) fn get(&self, nodeid: u64) -> Option<Arc<Inode>> {
-        self.read().nodes.get(&nodeid).map(|e| e.inode.clone())
+        let inode = self.read().nodes.get(&nodeid).map(|e| e.inode.clone())?;
+        inode
+            .last_used
+            .store(self.clock.load(Ordering::Relaxed), Ordering::Relaxed);
+        Some(inode)
+    }
+
+    /// Nodes made by this table so far.
+    pub(crate) fn clock(&self) -> u64 {
+        self.clock.load(Ordering::Relaxed)
+    }
+
+    /// What to invalidate to free about `n` of the least recently used nodes that no
+    /// handle has open: the name of each one's directory (invalidating a directory's name
+    /// drops its unused names below it, in one step that takes only the grandparent's lock,
+    /// not the lock of a directory someone may be listing), or the node's own name in the
+    /// root.
+    pub(crate) fn least_used(&self, n: usize) -> Vec<SeenAs> {
+        let t = self.read();
+        let root = self.root();
+        let mut idle: Vec<(u64, &SeenAs)> = t
+            .nodes
+            .values()
+            .filter(|e| e.inode.nodeid != root && e.inode.current().is_none())
+            .filter_map(|e| {
+                Some((
+                    e.inode.last_used.load(Ordering::Relaxed),
+                    e.seen_as.as_ref()?,
+                ))
+            })
+            .collect();
+        if n < idle.len() {
+            idle.select_nth_unstable_by_key(n, |&(used, _)| used);
+            idle.truncate(n);
+        }
+        let mut names: Vec<SeenAs> = Vec::new();
+        let mut dirs = std::collections::HashSet::new();
+        for (_, seen) in idle {
+            let parent = seen.0;
+            if parent == root {
+                names.push(seen.clone());
+            } else if dirs.insert(parent) {
+                if let Some(s) = t.nodes.get(&parent).and_then(|e| e.seen_as.clone()) {
+                    names.push(s);
+                }
+            }
+        }
+        names
     }
 
     fn plain_number(&self, dev: u64, ino: u64) -> bool {
@@ -291,15 +350,25 @@ impl InodeTable {
         }
     }
 
-    /// Counts one kernel lookup of the object behind `fd` (described by `m`), adding a node
-    /// for it unless one exists (then `fd` is closed).
-    pub(crate) fn lookup(&self, fd: OwnedFd, m: &Meta) -> Arc<Inode> {
+    /// Counts one kernel lookup of the object behind `fd` (described by `m`), found as
+    /// plaintext `name` in directory node `parent`, adding a node for it unless one exists
+    /// (then `fd` is closed). With a new node, also returns how many nodes the process has.
+    pub(crate) fn lookup(
+        &self,
+        fd: OwnedFd,
+        m: &Meta,
+        parent: u64,
+        name: &[u8],
+    ) -> (Arc<Inode>, Option<usize>) {
         let key = (m.dev, m.ino);
         let mut t = self.write();
         if let Some(&n) = t.keys.get(&key) {
             if let Some(e) = t.nodes.get_mut(&n) {
                 e.lookups += 1;
-                return e.inode.clone();
+                if !matches!(&e.seen_as, Some((p, s)) if *p == parent && **s == *name) {
+                    e.seen_as = Some((parent, name.into()));
+                }
+                return (e.inode.clone(), None);
             }
         }
         let nodeid = if self.plain_number(m.dev, m.ino) && !t.nodes.contains_key(&m.ino) {
@@ -322,15 +391,20 @@ impl InodeTable {
             t.next_synthetic
         };
         let inode = Arc::new(Inode::new(nodeid, fd, m));
+        inode.last_used.store(
+            self.clock.fetch_add(1, Ordering::Relaxed) + 1,
+            Ordering::Relaxed,
+        );
         t.keys.insert(key, nodeid);
         t.nodes.insert(
             nodeid,
             Entry {
                 inode: inode.clone(),
                 lookups: 1,
+                seen_as: Some((parent, name.into())),
             },
         );
-        inode
+        (inode, Some(prune::node_made()))
     }
 
     /// Drops `n` kernel references to `nodeid`; the last one frees the node.
@@ -350,6 +424,7 @@ impl InodeTable {
             let freed = t.nodes.remove(&nodeid);
             if let Some(e) = &freed {
                 t.keys.remove(&e.inode.key);
+                prune::node_freed();
             }
             freed
         };
@@ -362,6 +437,12 @@ impl InodeTable {
     pub(crate) fn drain(&self) -> Vec<Arc<Inode>> {
         let mut t = self.write();
         t.keys.clear();
-        t.nodes.drain().map(|(_, e)| e.inode).collect()
+        t.nodes
+            .drain()
+            .map(|(_, e)| {
+                prune::node_freed();
+                e.inode
+            })
+            .collect()
     }
 }

@@ -27,6 +27,7 @@ mod file;
 mod fs;
 mod inode;
 mod ops;
+mod prune;
 mod readdir;
 mod sys;
 pub mod tree;
@@ -225,8 +226,16 @@ pub fn mount(
     opts: &MountOptions,
 ) -> io::Result<Mounted> {
     sys::raise_nofile_limit();
-    let fs = fs::CloakFs::new(volume, cipherdir, opts.cache_timeout, opts.read_only)?;
+    let notifier = std::sync::Arc::new(std::sync::OnceLock::new());
+    let fs = fs::CloakFs::new(
+        volume,
+        cipherdir,
+        opts.cache_timeout,
+        opts.read_only,
+        notifier.clone(),
+    )?;
     let session = new_session(fs, mountpoint, &opts.session_config())?;
+    let _ = notifier.set(session.notifier());
     Ok(Mounted {
         session,
         mountpoint: mountpoint.to_path_buf(),

@@ -114,7 +114,12 @@ impl CloakFs {
             Err(e) => return reply.error(e),
         };
         let mut stop = entries.len();
+        let mut looked_up = 0;
         for (i, e) in entries.iter().enumerate().skip(start) {
+            if !self.pruner.listing_may_continue(looked_up) {
+                stop = i;
+                break;
+            }
             let full = match &e.backing {
                 // The kernel takes no reference for `.` and `..`.
                 None => {
@@ -130,8 +135,9 @@ impl CloakFs {
                         Generation(0),
                     )
                 }
-                Some(backing) => match self.lookup_backing(&dir, backing) {
+                Some(backing) => match self.lookup_backing(&dir, backing, &e.name) {
                     Ok((inode, attr)) => {
+                        looked_up += 1;
                         let full =
                             reply.add(attr.ino, e.next, &e.name, &self.ttl, &attr, Generation(0));
                         if full {
@@ -141,7 +147,15 @@ impl CloakFs {
                         full
                     }
                     // Gone since the snapshot: leave it out.
-                    Err(_) => false,
+                    Err(Errno::ENOENT) => false,
+                    // Out of descriptors, say: end this reply here; the kernel asks again
+                    // from this entry (by then names have been pruned), or reports the error
+                    // if not even one entry could be given.
+                    Err(err) if i == start => {
+                        Self::stopped_at(&handle, start);
+                        return reply.error(err);
+                    }
+                    Err(_) => true,
                 },
             };
             if full {

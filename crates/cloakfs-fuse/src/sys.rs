@@ -160,11 +160,25 @@ pub(crate) fn exact_modes() {
     });
 }
 
-/// Raises the soft limit of open descriptors to the hard limit: every inode the kernel knows
-/// holds one.
+/// Raises the limit of open descriptors as far as allowed: every node the kernel knows holds
+/// one. The soft limit goes to the hard one, and with CAP_SYS_RESOURCE (root) both go to the
+/// kernel's ceiling (`fs.nr_open`), as a file server's would. Beyond the limit, nodes are
+/// pruned (see `prune`).
 pub(crate) fn raise_nofile_limit() {
     use rustix::process::{getrlimit, setrlimit, Resource};
     let mut lim = getrlimit(Resource::Nofile);
+    let ceiling = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok());
+    if let Some(c) = ceiling.filter(|&c| lim.maximum.is_some_and(|m| m < c)) {
+        let raised = rustix::process::Rlimit {
+            current: Some(c),
+            maximum: Some(c),
+        };
+        if setrlimit(Resource::Nofile, raised).is_ok() {
+            return;
+        }
+    }
     if lim.current != lim.maximum {
         lim.current = lim.maximum;
         if let Err(e) = setrlimit(Resource::Nofile, lim) {

@@ -24,7 +24,7 @@ use std::ffi::OsStr;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, SystemTime};
 
 /// Identifies one attach for the life of the daemon (never reused).
@@ -237,6 +237,7 @@ impl TreeHandle {
             spec.read_only,
             id << LOCAL_BITS,
             Some((spec.owner_uid, spec.owner_gid)),
+            Arc::new(OnceLock::from(self.notifier.clone())),
         )?;
         let attach = Arc::new(Attach {
             id,
