@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
 
@@ -53,24 +53,12 @@ fn mount_daemonizes_and_unmount_flushes() {
 #[test]
 fn foreground_mount_stays_attached_until_unmounted() {
     let f = Fixture::new();
-    let mut child = Command::new(BIN)
-        .args([
-            "mount",
-            "--foreground",
-            "--passfile",
-            s(&f.pass),
-            s(&f.cipher),
-            s(&f.mnt),
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (mut child, line) = start_until_first_line(
+        Command::new(BIN)
+            .args(["mount", "--foreground", "--passfile", s(&f.pass)])
+            .args([s(&f.cipher), s(&f.mnt)])
+            .stderr(Stdio::piped()),
+    );
     assert_eq!(line.trim(), "Filesystem mounted and ready.");
     let guard = MountGuard(f.mnt.clone());
     std::fs::write(f.mnt.join("x"), b"1").unwrap();
@@ -400,23 +388,11 @@ fn full_disk_surfaces_enospc_and_keeps_data() {
 #[test]
 fn sigterm_unmounts_and_keeps_data() {
     let f = Fixture::new();
-    let mut child = Command::new(BIN)
-        .args([
-            "mount",
-            "-f",
-            "--passfile",
-            s(&f.pass),
-            s(&f.cipher),
-            s(&f.mnt),
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (mut child, _ready) = start_until_first_line(
+        Command::new(BIN)
+            .args(["mount", "-f", "--passfile", s(&f.pass)])
+            .args([s(&f.cipher), s(&f.mnt)]),
+    );
     let guard = MountGuard(f.mnt.clone());
     std::fs::write(f.mnt.join("before-term"), b"kept").unwrap();
     // SAFETY: kill(2) on our own child's pid.
@@ -448,24 +424,18 @@ fn a_tree_larger_than_the_descriptor_limit_stays_usable() {
     const FILES: u32 = 1500;
     let f = Fixture::new();
     // setpriv drops CAP_SYS_RESOURCE, which would let the daemon raise the limit again.
-    let mut child = Command::new("prlimit")
-        .arg(format!("--nofile={LIMIT}:{LIMIT}"))
-        .args([
-            "setpriv",
-            "--bounding-set=-sys_resource",
-            BIN,
-            "mount",
-            "-f",
-        ])
-        .args(["--passfile", s(&f.pass), s(&f.cipher), s(&f.mnt)])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (mut child, _ready) = start_until_first_line(
+        Command::new("prlimit")
+            .arg(format!("--nofile={LIMIT}:{LIMIT}"))
+            .args([
+                "setpriv",
+                "--bounding-set=-sys_resource",
+                BIN,
+                "mount",
+                "-f",
+            ])
+            .args(["--passfile", s(&f.pass), s(&f.cipher), s(&f.mnt)]),
+    );
     let guard = MountGuard(f.mnt.clone());
     let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.id())).unwrap();
     let soft = limits

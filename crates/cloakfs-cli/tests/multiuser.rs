@@ -75,18 +75,12 @@ impl Daemon {
         std::fs::set_permissions(&drop_box, std::fs::Permissions::from_mode(0o1777)).unwrap();
         let root = work.path().join("crypt");
         let socket = work.path().join("control.sock");
-        let mut child = Command::new(BIN)
-            .args(["daemon", "--root", s(&root), "--socket", s(&socket)])
-            .args(["--max-wait", "20s"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let (mut child, line) = common::start_until_first_line(
+            Command::new(BIN)
+                .args(["daemon", "--root", s(&root), "--socket", s(&socket)])
+                .args(["--max-wait", "20s"])
+                .stderr(Stdio::inherit()),
+        );
         assert!(
             line.contains("ready"),
             "daemon did not start: {line:?} ({:?})",

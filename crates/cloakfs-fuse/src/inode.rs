@@ -17,7 +17,7 @@ use cloakfs_core::file::ContentFile;
 use cloakfs_core::names::DirId;
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::OFlags;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
@@ -316,7 +316,7 @@ impl InodeTable {
             idle.truncate(n);
         }
         let mut names: Vec<SeenAs> = Vec::new();
-        let mut dirs = std::collections::HashSet::new();
+        let mut dirs = HashSet::new();
         for (_, seen) in idle {
             let parent = seen.0;
             if parent == root {

@@ -108,6 +108,11 @@ impl Pruner {
             self.running.store(false, Ordering::Release);
             return;
         };
+        if names.is_empty() {
+            // Every idle candidate is in use: no thread for nothing.
+            self.running.store(false, Ordering::Release);
+            return;
+        }
         tracing::debug!(
             "{} nodes alive (limit {}): dropping {} unused names",
             LIVE.load(Ordering::Relaxed),

@@ -117,6 +117,23 @@ pub fn cloakfs(args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// Starts `cmd` with stdin closed and stdout piped, and returns it with the first line it
+/// prints: a foreground mount and the daemon print one when they are ready.
+pub fn start_until_first_line(cmd: &mut Command) -> (std::process::Child, String) {
+    let mut child = cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    (child, line)
+}
+
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
