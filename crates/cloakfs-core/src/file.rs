@@ -5,11 +5,12 @@
 //! Writes that cover whole blocks skip read-modify-write; large requests are sealed and opened
 //! on all cores. Before a write grows the backing file, the new space is reserved with
 //! `fallocate(FALLOC_FL_KEEP_SIZE)`, so a full disk fails the write before any existing block is
-//! touched.
+//! touched. Streams start reaching the disk while they are written (see `writeout`).
 
 use crate::content::{ContentCodec, FileCipher, FileHeader, FileId, FreshNonce};
 use crate::error::{Error, Result};
 use crate::layout::{Layout, HEADER_LEN};
+use crate::writeout::WriteOut;
 use rayon::prelude::*;
 use std::cell::RefCell;
 use std::fs::File;
@@ -28,6 +29,8 @@ thread_local! {
 }
 
 struct State {
+    /// Where large writes went since their write-out was last started.
+    write_out: WriteOut,
     /// Whether the header has been read (it is read on first use, not at open, so that
     /// opening a file does not touch the backing file's access time).
     loaded: bool,
@@ -60,6 +63,7 @@ impl ContentFile {
     pub fn open(codec: Arc<ContentCodec>, file: File) -> Result<Self> {
         let len = file.metadata()?.len();
         let state = State {
+            write_out: WriteOut::default(),
             loaded: len == 0,
             cipher: None,
             size: codec.layout().plain_size_lenient(len),
@@ -270,6 +274,11 @@ impl ContentFile {
             Ok(())
         })?;
         st.size = new_size;
+        let kick = st.write_out.wrote(c_start - prefix as u64, c_end);
+        drop(st);
+        if let Some(kick) = kick {
+            kick.run(&self.file);
+        }
         Ok(data.len())
     }
 

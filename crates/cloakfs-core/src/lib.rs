@@ -4,7 +4,8 @@
 //! - [`slots`]: key slots of every kind (passphrase, key file, recovery key, age/ssh
 //!   recipients, Shamir shares; PKCS#11 and GnuPG slots get their KEK in the CLI);
 //! - [`keys`], [`kdf`], [`secret`]: the key hierarchy and secret handling;
-//! - [`content`], [`layout`], [`file`]: file content encryption and plaintext I/O;
+//! - [`content`], [`layout`], [`file`]: file content encryption and plaintext I/O (with
+//!   `writeout`: streams reach the disk while they come);
 //! - [`names`], [`meta`]: name, symlink and xattr encryption;
 //! - [`volume`], [`paths`]: an unlocked volume and offline path translation.
 //! - offline tools: [`walk`] (cipher-tree walker), [`translate`] (names both ways),
@@ -36,6 +37,7 @@ pub mod slots;
 pub mod translate;
 pub mod volume;
 pub mod walk;
+mod writeout;
 pub mod writer;
 pub mod xattrs;
 

@@ -268,7 +268,7 @@ fn new_session<FS: fuser::Filesystem>(
         )
     })?;
     if let Some(p) = canonical {
-        sys::raise_readahead(&p, u64::from(ops::MAX_WRITE / 1024));
+        sys::raise_readahead(&p, ops::READAHEAD_KIB);
     }
     Ok(session)
 }

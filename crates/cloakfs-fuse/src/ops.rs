@@ -16,6 +16,10 @@ use std::time::SystemTime;
 
 /// Largest write request asked of the kernel (its own limit is usually 1 MiB too).
 pub(crate) const MAX_WRITE: u32 = 1 << 20;
+/// Readahead asked of the kernel for the mount, in KiB: enough for several 1 MiB reads in
+/// flight, so the backing disk's reads overlap decryption and replies. Measured on a cold 1 GiB
+/// read here: 1 MiB gave 1.1-1.3 GB/s, 8 MiB 1.5-1.9 GB/s, 16 and 32 MiB no more.
+pub(crate) const READAHEAD_KIB: u64 = 8 << 10;
 /// Background requests (readahead, writeback) the kernel may have in flight.
 const MAX_BACKGROUND: u16 = 64;
 

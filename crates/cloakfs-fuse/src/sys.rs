@@ -204,8 +204,8 @@ pub(crate) fn detach(mountpoint: &std::path::Path) {
 
 /// Raises the kernel's readahead for the mount at `mountpoint` (given canonical) to `kib`
 /// (best effort: needs root). The kernel starts FUSE mounts at 128 KiB and only lets the
-/// daemon lower that during the handshake; larger read requests mean fewer round trips when
-/// streaming. The device comes from /proc/self/mountinfo: a stat of the mount point would
+/// daemon lower that during the handshake; a larger window means more (and larger) reads in
+/// flight when streaming. The device comes from /proc/self/mountinfo: a stat of the mount point would
 /// wait for a server that is not running yet.
 pub(crate) fn raise_readahead(mountpoint: &std::path::Path, kib: u64) {
     let Some(dev) = mount_device(mountpoint) else {

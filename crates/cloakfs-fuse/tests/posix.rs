@@ -1136,3 +1136,31 @@ fn writes_and_truncates_by_others_clear_setuid_and_setgid() {
     assert_eq!(fs::read(fs.p("t")).unwrap(), b"d");
     assert_eq!(fs::read(fs.p("o")).unwrap(), b"");
 }
+
+#[test]
+fn a_stream_larger_than_several_write_out_batches_reads_back_after_remount() {
+    // Large writes start the backing file's write-out every 8 MiB and evict the batch before
+    // (cloakfs_core's writeout): the bytes must survive that, through fresh caches.
+    let mut fs = TestFs::new();
+    let data = pattern(40 << 20, 7);
+    let mut f = File::create(fs.p("stream")).unwrap();
+    for chunk in data.chunks(1 << 20) {
+        f.write_all(chunk).unwrap();
+    }
+    f.sync_all().unwrap();
+    drop(f);
+    fs.remount();
+    if is_root() {
+        // The mount asks for an 8 MiB readahead window (a larger one means more reads in
+        // flight when streaming); only root may set it.
+        let dev = fs::metadata(&fs.mnt).unwrap().dev();
+        let knob = format!(
+            "/sys/class/bdi/{}:{}/read_ahead_kb",
+            libc::major(dev),
+            libc::minor(dev)
+        );
+        assert_eq!(fs::read_to_string(&knob).unwrap().trim(), "8192", "{knob}");
+    }
+    let back = fs::read(fs.p("stream")).unwrap();
+    assert!(back == data, "stream differs after remount");
+}
