@@ -243,7 +243,7 @@ pub fn mount(
 }
 
 /// Mounts `fs` (the FUSE handshake included), with hints in mount errors, and raises the
-/// mount's readahead.
+/// mount's readahead and share of dirty pages.
 fn new_session<FS: fuser::Filesystem>(
     fs: FS,
     mountpoint: &Path,
@@ -268,7 +268,13 @@ fn new_session<FS: fuser::Filesystem>(
         )
     })?;
     if let Some(p) = canonical {
-        sys::raise_readahead(&p, ops::READAHEAD_KIB);
+        sys::raise_bdi_knobs(
+            &p,
+            &[
+                ("read_ahead_kb", ops::READAHEAD_KIB),
+                ("max_ratio", ops::DIRTY_SHARE_PERCENT),
+            ],
+        );
     }
     Ok(session)
 }

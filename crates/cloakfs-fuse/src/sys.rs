@@ -202,22 +202,25 @@ pub(crate) fn detach(mountpoint: &std::path::Path) {
     }
 }
 
-/// Raises the kernel's readahead for the mount at `mountpoint` (given canonical) to `kib`
-/// (best effort: needs root). The kernel starts FUSE mounts at 128 KiB and only lets the
-/// daemon lower that during the handshake; a larger window means more (and larger) reads in
-/// flight when streaming. The device comes from /proc/self/mountinfo: a stat of the mount point would
-/// wait for a server that is not running yet.
-pub(crate) fn raise_readahead(mountpoint: &std::path::Path, kib: u64) {
+/// Raises knobs of the kernel's backing-device info for the mount at `mountpoint` (given
+/// canonical): each `(name, value)` of /sys/class/bdi/DEV/ below `value` is set to it (best
+/// effort: needs root). The kernel starts FUSE mounts at conservative values and lets the
+/// daemon only lower them during the handshake (see the constants in `ops`). The device comes
+/// from /proc/self/mountinfo: a stat of the mount point would wait for a server that is not
+/// running yet.
+pub(crate) fn raise_bdi_knobs(mountpoint: &std::path::Path, knobs: &[(&str, u64)]) {
     let Some(dev) = mount_device(mountpoint) else {
         return;
     };
-    let knob = format!("/sys/class/bdi/{dev}/read_ahead_kb");
-    let current = std::fs::read_to_string(&knob)
-        .ok()
-        .and_then(|s| s.trim().parse::<u64>().ok());
-    if current.is_some_and(|c| c < kib) {
-        if let Err(e) = std::fs::write(&knob, kib.to_string()) {
-            tracing::debug!("cannot raise readahead ({knob}): {e}");
+    for (name, value) in knobs {
+        let knob = format!("/sys/class/bdi/{dev}/{name}");
+        let current = std::fs::read_to_string(&knob)
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok());
+        if current.is_some_and(|c| c < *value) {
+            if let Err(e) = std::fs::write(&knob, value.to_string()) {
+                tracing::debug!("cannot raise {knob}: {e}");
+            }
         }
     }
 }

@@ -1151,15 +1151,14 @@ fn a_stream_larger_than_several_write_out_batches_reads_back_after_remount() {
     drop(f);
     fs.remount();
     if is_root() {
-        // The mount asks for an 8 MiB readahead window (a larger one means more reads in
-        // flight when streaming); only root may set it.
+        // Only root may set these: an 8 MiB readahead window (more reads in flight when
+        // streaming) and 5% of the dirty-page limit (instead of FUSE's 1%).
         let dev = fs::metadata(&fs.mnt).unwrap().dev();
-        let knob = format!(
-            "/sys/class/bdi/{}:{}/read_ahead_kb",
-            libc::major(dev),
-            libc::minor(dev)
-        );
-        assert_eq!(fs::read_to_string(&knob).unwrap().trim(), "8192", "{knob}");
+        let bdi = format!("/sys/class/bdi/{}:{}", libc::major(dev), libc::minor(dev));
+        for (knob, want) in [("read_ahead_kb", "8192"), ("max_ratio", "5")] {
+            let got = fs::read_to_string(format!("{bdi}/{knob}")).unwrap();
+            assert_eq!(got.trim(), want, "{bdi}/{knob}");
+        }
     }
     let back = fs::read(fs.p("stream")).unwrap();
     assert!(back == data, "stream differs after remount");
