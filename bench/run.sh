@@ -37,6 +37,8 @@ REPO=$(cd "$HERE/.." && pwd)
 : "${FSB_BASE:=/var/tmp/fsbench}"
 : "${CLOAKFS_BIN:=$REPO/target/release/cloakfs}"
 export FSB_BASE CLOAKFS_BIN
+# bench/bin/postmark makes a Postmark run with failed operations fail (see that file).
+export PATH="$HERE/bin:$PATH"
 PY=${PY:-python3}
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; }
