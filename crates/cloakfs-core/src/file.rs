@@ -5,18 +5,19 @@
 //! Writes that cover whole blocks skip read-modify-write; large requests are sealed and opened
 //! on all cores. Before a write grows the backing file, the new space is reserved with
 //! `fallocate(FALLOC_FL_KEEP_SIZE)`, so a full disk fails the write before any existing block is
-//! touched. Streams start reaching the disk while they are written (see `writeout`).
+//! touched. Streams start reaching the disk while they are written, and leave no ciphertext in
+//! the backing file's page cache (see `stream`).
 
 use crate::content::{ContentCodec, FileCipher, FileHeader, FileId, FreshNonce};
 use crate::error::{Error, Result};
 use crate::layout::{Layout, HEADER_LEN};
-use crate::writeout::WriteOut;
+use crate::stream::Batches;
 use rayon::prelude::*;
 use std::cell::RefCell;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// Requests of at least this many blocks are sealed or opened in parallel.
 pub const PARALLEL_MIN_BLOCKS: u64 = 32;
@@ -29,8 +30,8 @@ thread_local! {
 }
 
 struct State {
-    /// Where large writes went since their write-out was last started.
-    write_out: WriteOut,
+    /// Large writes since the last finished batch (see `stream`).
+    written: Batches,
     /// Whether the header has been read (it is read on first use, not at open, so that
     /// opening a file does not touch the backing file's access time).
     loaded: bool,
@@ -43,6 +44,8 @@ pub struct ContentFile {
     codec: Arc<ContentCodec>,
     file: File,
     state: RwLock<State>,
+    /// Large reads since the last finished batch (see `stream`); readers share `state`.
+    read: Mutex<Batches>,
 }
 
 impl std::fmt::Debug for ContentFile {
@@ -63,7 +66,7 @@ impl ContentFile {
     pub fn open(codec: Arc<ContentCodec>, file: File) -> Result<Self> {
         let len = file.metadata()?.len();
         let state = State {
-            write_out: WriteOut::default(),
+            written: Batches::default(),
             loaded: len == 0,
             cipher: None,
             size: codec.layout().plain_size_lenient(len),
@@ -72,6 +75,7 @@ impl ContentFile {
             codec,
             file,
             state: RwLock::new(state),
+            read: Mutex::new(Batches::default()),
         })
     }
 
@@ -184,6 +188,15 @@ impl ContentFile {
                 &mut buf[..len],
             )
         })?;
+        drop(st);
+        let finished = self
+            .read
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .add(c_start, c_end);
+        if let Some(batch) = finished {
+            batch.evict_before(&self.file);
+        }
         Ok(len)
     }
 
@@ -274,10 +287,10 @@ impl ContentFile {
             Ok(())
         })?;
         st.size = new_size;
-        let kick = st.write_out.wrote(c_start - prefix as u64, c_end);
+        let finished = st.written.add(c_start - prefix as u64, c_end);
         drop(st);
-        if let Some(kick) = kick {
-            kick.run(&self.file);
+        if let Some(batch) = finished {
+            batch.write_out(&self.file);
         }
         Ok(data.len())
     }

@@ -5,7 +5,7 @@
 //!   recipients, Shamir shares; PKCS#11 and GnuPG slots get their KEK in the CLI);
 //! - [`keys`], [`kdf`], [`secret`]: the key hierarchy and secret handling;
 //! - [`content`], [`layout`], [`file`]: file content encryption and plaintext I/O (with
-//!   `writeout`: streams reach the disk while they come);
+//!   `stream`: streams reach the disk while they come, and leave no ciphertext cached);
 //! - [`names`], [`meta`]: name, symlink and xattr encryption;
 //! - [`volume`], [`paths`]: an unlocked volume and offline path translation.
 //! - offline tools: [`walk`] (cipher-tree walker), [`translate`] (names both ways),
@@ -34,10 +34,10 @@ pub mod random;
 pub mod rekey;
 pub mod secret;
 pub mod slots;
+mod stream;
 pub mod translate;
 pub mod volume;
 pub mod walk;
-mod writeout;
 pub mod writer;
 pub mod xattrs;
 

@@ -1140,7 +1140,8 @@ fn writes_and_truncates_by_others_clear_setuid_and_setgid() {
 #[test]
 fn a_stream_larger_than_several_write_out_batches_reads_back_after_remount() {
     // Large writes start the backing file's write-out every 8 MiB and evict the batch before
-    // (cloakfs_core's writeout): the bytes must survive that, through fresh caches.
+    // (cloakfs_core's stream); reading it back evicts batches too: the bytes must survive
+    // that, through fresh caches.
     let mut fs = TestFs::new();
     let data = pattern(40 << 20, 7);
     let mut f = File::create(fs.p("stream")).unwrap();
