@@ -11,7 +11,7 @@
 use crate::content::{ContentCodec, FileCipher, FileHeader, FileId, FreshNonce};
 use crate::error::{Error, Result};
 use crate::layout::{Layout, HEADER_LEN};
-use crate::stream::Batches;
+use crate::stream::{self, Batches};
 use rayon::prelude::*;
 use std::cell::RefCell;
 use std::fs::File;
@@ -189,13 +189,16 @@ impl ContentFile {
             )
         })?;
         drop(st);
-        let finished = self
-            .read
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .add(c_start, c_end);
-        if let Some(batch) = finished {
-            batch.evict_before(&self.file);
+        // Small reads never count: they skip the lock that concurrent readers would share.
+        if stream::is_stream_request(c_start, c_end) {
+            let finished = self
+                .read
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .add(c_start, c_end);
+            if let Some(batch) = finished {
+                batch.evict_before(&self.file);
+            }
         }
         Ok(len)
     }

@@ -29,6 +29,11 @@ pub const BATCH: u64 = 8 << 20;
 /// Smallest request (in backing bytes) counted as part of a stream.
 pub const MIN_STREAM_REQUEST: u64 = 256 << 10;
 
+/// Whether a request on backing bytes `[from, to)` counts as part of a stream.
+pub fn is_stream_request(from: u64, to: u64) -> bool {
+    to.saturating_sub(from) >= MIN_STREAM_REQUEST
+}
+
 /// A range `[from, to)` of backing-file offsets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Span {
@@ -63,7 +68,7 @@ pub struct Finished {
 impl Batches {
     /// Notes a request on backing bytes `[from, to)`; returns the batch it completes, if any.
     pub fn add(&mut self, from: u64, to: u64) -> Option<Finished> {
-        if to.saturating_sub(from) < MIN_STREAM_REQUEST {
+        if !is_stream_request(from, to) {
             return None;
         }
         let span = Span { from, to };
