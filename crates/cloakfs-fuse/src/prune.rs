@@ -104,15 +104,15 @@ impl Pruner {
     /// Asks the kernel, from a thread of its own, to drop `names` (after [`Pruner::due`]
     /// said yes).
     pub(crate) fn send(&self, names: Vec<SeenAs>) {
-        let (Some(notifier), running) = (self.notifier.get().cloned(), self.running.clone()) else {
-            self.running.store(false, Ordering::Release);
-            return;
+        // No names: every idle candidate is in use, so no thread for nothing.
+        let notifier = match self.notifier.get() {
+            Some(n) if !names.is_empty() => n.clone(),
+            _ => {
+                self.running.store(false, Ordering::Release);
+                return;
+            }
         };
-        if names.is_empty() {
-            // Every idle candidate is in use: no thread for nothing.
-            self.running.store(false, Ordering::Release);
-            return;
-        }
+        let running = self.running.clone();
         tracing::debug!(
             "{} nodes alive (limit {}): dropping {} unused names",
             LIVE.load(Ordering::Relaxed),
