@@ -7,8 +7,7 @@ use crate::fs::CloakFs;
 use crate::inode::{Inode, Kind};
 use crate::sys::{self, errno, Res};
 use fuser::{Errno, FileAttr, INodeNo, RenameFlags, Request};
-use rustix::fd::AsFd;
-use rustix::fs::{AtFlags, Mode, OFlags};
+use rustix::fs::{AtFlags, Mode};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -17,7 +16,7 @@ impl CloakFs {
     pub(crate) fn do_lookup(&self, parent: INodeNo, name: &OsStr) -> Res<FileAttr> {
         let p = self.node(parent)?;
         let stored = self.stored_name(&p, name)?;
-        self.lookup_backing(&p, stored.backing(), name)
+        self.lookup_backing(&p, stored.backing(), name, None)
             .map(|(_, a)| a)
     }
 
@@ -33,7 +32,7 @@ impl CloakFs {
         if let Some((uid, gid)) = self.new_owner(req, p) {
             chown(p.fd(), backing, uid, gid)?;
         }
-        self.lookup_backing(p, backing, name).map(|(_, a)| a)
+        self.lookup_backing(p, backing, name, None).map(|(_, a)| a)
     }
 
     pub(crate) fn do_readlink(&self, ino: INodeNo) -> Res<Vec<u8>> {
@@ -89,7 +88,7 @@ impl CloakFs {
         let p = self.node(parent)?;
         let stored = self.stored_name(&p, name)?;
         let (dfd, id) = self.make_dir(&p, &stored, mode & 0o7777, self.new_owner(req, &p))?;
-        let fd = sys::reopen(dfd.as_fd(), OFlags::PATH | OFlags::DIRECTORY).map_err(errno)?;
+        let fd = self.hold_dir(dfd)?;
         let (inode, attr) = self.lookup_fd(fd, &p, name)?;
         let _ = inode.dir_id.set(id);
         Ok(attr)
@@ -222,7 +221,7 @@ impl CloakFs {
             }
             return Err(errno(e));
         }
-        self.lookup_backing(&np, stored.backing(), newname)
+        self.lookup_backing(&np, stored.backing(), newname, None)
             .map(|(_, a)| a)
     }
 }

@@ -193,7 +193,7 @@ impl CloakFs {
             {
                 // An existing file we may only read: open it like open(2) would.
                 let (inode, attr) = self
-                    .lookup_backing(&p, stored.backing(), name)
+                    .lookup_backing(&p, stored.backing(), name, None)
                     .map_err(|_| errno(e))?;
                 if inode.kind != Kind::File {
                     self.inodes.forget(inode.nodeid, 1);
@@ -224,7 +224,7 @@ impl CloakFs {
             )
             .map_err(errno)?;
         }
-        let pfd = sys::reopen(fd.as_fd(), OFlags::PATH).map_err(errno)?;
+        let pfd = self.hold_created(&p, stored.backing(), fd.as_fd())?;
         let (inode, attr) = self.lookup_fd(pfd, &p, name)?;
         let file = match inode.install(&self.codec, fd) {
             Ok(f) => f,

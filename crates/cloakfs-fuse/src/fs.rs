@@ -5,13 +5,13 @@ use crate::attr::{self, Meta};
 use crate::dir::DirHandle;
 use crate::inode::{Inode, InodeTable, Kind};
 use crate::prune::Pruner;
-use crate::sys::{self, errno, Res};
+use crate::sys::{self, errno, NodeFd, Res};
 use cloakfs_core::content::ContentCodec;
 use cloakfs_core::file::ContentFile;
 use cloakfs_core::Volume;
 use fuser::{AccessFlags, Errno, FileAttr, INodeNo, Notifier, Request};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
-use rustix::fs::AtFlags;
+use rustix::fs::{AtFlags, OFlags};
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -42,6 +42,8 @@ pub(crate) struct CloakFs {
     pub(crate) warned: Mutex<HashSet<(u64, Vec<u8>)>>,
     /// Keeps the nodes (one descriptor each) below the descriptor limit.
     pub(crate) pruner: Pruner,
+    /// Whether nodes may be held open for reading (a local backing file system).
+    local_opens: bool,
 }
 
 impl CloakFs {
@@ -84,7 +86,8 @@ impl CloakFs {
         if meta.kind() != Some(fuser::FileType::Directory) {
             return Err(std::io::Error::from_raw_os_error(libc::ENOTDIR));
         }
-        let inodes = InodeTable::new(fd, &meta, volume.root_dir_id(), base);
+        let local_opens = sys::opens_are_local(fd.as_fd());
+        let inodes = InodeTable::new(NodeFd::path(fd), &meta, volume.root_dir_id(), base);
         let layout = volume.content().layout();
         let max_size = (i64::MAX as u64 - cloakfs_core::layout::HEADER_LEN)
             / layout.cipher_block_size()
@@ -102,6 +105,7 @@ impl CloakFs {
             attach_owner,
             warned: Mutex::new(HashSet::new()),
             pruner: Pruner::for_fd_limit(notifier),
+            local_opens,
         })
     }
 
@@ -236,26 +240,74 @@ impl CloakFs {
     }
 
     /// Looks up backing entry `backing` of `parent`, plaintext `name`, for the kernel
-    /// (counting one reference).
+    /// (counting one reference). `kind` is the listing's file type, if known.
     pub(crate) fn lookup_backing(
         &self,
         parent: &Inode,
         backing: &str,
         name: &OsStr,
+        kind: Option<fuser::FileType>,
     ) -> Res<(Arc<Inode>, FileAttr)> {
-        let fd = sys::open_path(parent.fd(), backing).map_err(errno)?;
+        let fd = sys::open_node(parent.fd(), backing, kind, self.local_opens).map_err(errno)?;
         self.lookup_fd(fd, parent, name)
     }
 
-    /// Counts one kernel reference to the object behind `O_PATH` descriptor `fd`, known to
-    /// the kernel as `name` in `parent`.
+    /// The node hold for `dir`, a directory just made and open for reading: itself on a local
+    /// file system, else an `O_PATH` handle.
+    pub(crate) fn hold_dir(&self, dir: OwnedFd) -> Res<NodeFd> {
+        if self.local_opens {
+            return Ok(NodeFd::readable(dir));
+        }
+        sys::reopen(dir.as_fd(), OFlags::PATH | OFlags::DIRECTORY)
+            .map(NodeFd::path)
+            .map_err(errno)
+    }
+
+    /// The node hold for `fd`, just created as `backing` in `parent` and open read-write
+    /// (which a node must not keep: that would refuse exec with ETXTBSY): the same object
+    /// opened again by name for reading on a local file system, else an `O_PATH` handle.
+    pub(crate) fn hold_created(
+        &self,
+        parent: &Inode,
+        backing: &str,
+        fd: BorrowedFd<'_>,
+    ) -> Res<NodeFd> {
+        if self.local_opens {
+            let again = sys::open_node(
+                parent.fd(),
+                backing,
+                Some(fuser::FileType::RegularFile),
+                true,
+            );
+            if let Ok(again) = again {
+                let same =
+                    |f: BorrowedFd<'_>| rustix::fs::fstat(f).map(|st| (st.st_dev, st.st_ino));
+                if again.for_xattrs().is_some() && same(again.fd()).ok() == same(fd).ok() {
+                    return Ok(again);
+                }
+            }
+        }
+        sys::reopen(fd, OFlags::PATH)
+            .map(NodeFd::path)
+            .map_err(errno)
+    }
+
+    /// Counts one kernel reference to the object behind `fd`, known to the kernel as `name`
+    /// in `parent`.
     pub(crate) fn lookup_fd(
         &self,
-        fd: OwnedFd,
+        fd: NodeFd,
         parent: &Inode,
         name: &OsStr,
     ) -> Res<(Arc<Inode>, FileAttr)> {
-        let m = Meta::from_stat(&rustix::fs::fstat(&fd).map_err(errno)?);
+        let m = Meta::from_stat(&rustix::fs::fstat(fd.fd()).map_err(errno)?);
+        let fd = match (fd.for_xattrs(), Kind::of_mode(m.mode)) {
+            // Not what the listing said (replaced since): held open it might be a device.
+            (Some(open), Kind::Symlink | Kind::Special) => {
+                NodeFd::path(sys::reopen(open, OFlags::PATH).map_err(errno)?)
+            }
+            _ => fd,
+        };
         let (inode, live) = self.inodes.lookup(fd, &m, parent.nodeid, name.as_bytes());
         if let Some(n) = live.and_then(|live| self.pruner.due(live, self.inodes.clock())) {
             self.pruner.send(self.inodes.least_used(n));

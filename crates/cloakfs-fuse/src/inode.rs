@@ -1,5 +1,5 @@
-//! The inode table: every node the kernel knows, with an `O_PATH` descriptor of its backing
-//! object, keyed by the backing (st_dev, st_ino) so that hard links are one node.
+//! The inode table: every node the kernel knows, with a descriptor of its backing object
+//! (`O_PATH`, or readable: see [`NodeFd`]), keyed by the backing (st_dev, st_ino) so that hard links are one node.
 //!
 //! A node's number is its backing inode number when that is unambiguous (same device as the
 //! cipher directory), so numbers stay stable across lookups and mounts; anything else gets a
@@ -12,10 +12,11 @@
 
 use crate::attr::Meta;
 use crate::prune::{self, SeenAs};
+use crate::sys::NodeFd;
 use cloakfs_core::content::ContentCodec;
 use cloakfs_core::file::ContentFile;
 use cloakfs_core::names::DirId;
-use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use rustix::fd::{BorrowedFd, OwnedFd};
 use rustix::fs::OFlags;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,7 +41,7 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
-    fn of_mode(mode: u32) -> Self {
+    pub(crate) fn of_mode(mode: u32) -> Self {
         match mode & libc::S_IFMT {
             libc::S_IFDIR => Kind::Dir,
             libc::S_IFREG => Kind::File,
@@ -63,8 +64,8 @@ struct OpenState {
 /// One node known to the kernel.
 pub(crate) struct Inode {
     pub(crate) nodeid: u64,
-    /// `O_PATH` descriptor of the backing object.
-    pub(crate) fd: OwnedFd,
+    /// The hold on the backing object.
+    fd: NodeFd,
     pub(crate) kind: Kind,
     key: (u64, u64),
     /// The directory's ID, read once (directories only).
@@ -92,7 +93,7 @@ fn denied(e: rustix::io::Errno) -> bool {
 }
 
 impl Inode {
-    fn new(nodeid: u64, fd: OwnedFd, m: &Meta) -> Self {
+    fn new(nodeid: u64, fd: NodeFd, m: &Meta) -> Self {
         Self {
             nodeid,
             fd,
@@ -105,9 +106,14 @@ impl Inode {
         }
     }
 
-    /// The backing `O_PATH` descriptor.
+    /// The backing descriptor (`O_PATH`, or open for reading).
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
+        self.fd.fd()
+    }
+
+    /// The backing descriptor, if the xattr calls can take it.
+    pub(crate) fn xattr_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.fd.for_xattrs()
     }
 
     fn state(&self) -> MutexGuard<'_, OpenState> {
@@ -228,7 +234,7 @@ pub(crate) struct InodeTable {
 impl InodeTable {
     /// A table holding only the root, whose backing directory is `fd` with ID `root_id`.
     /// `base` is 0 for a mount of its own, else `attach_id << LOCAL_BITS`.
-    pub(crate) fn new(fd: OwnedFd, m: &Meta, root_id: DirId, base: u64) -> Self {
+    pub(crate) fn new(fd: NodeFd, m: &Meta, root_id: DirId, base: u64) -> Self {
         debug_assert_eq!(base & LOCAL_MASK, 0);
         let root_nodeid = base | ROOT;
         let root = Inode::new(root_nodeid, fd, m);
@@ -355,7 +361,7 @@ impl InodeTable {
     /// (then `fd` is closed). With a new node, also returns how many nodes the process has.
     pub(crate) fn lookup(
         &self,
-        fd: OwnedFd,
+        fd: NodeFd,
         m: &Meta,
         parent: u64,
         name: &[u8],

@@ -135,7 +135,7 @@ impl CloakFs {
                         Generation(0),
                     )
                 }
-                Some(backing) => match self.lookup_backing(&dir, backing, &e.name) {
+                Some(backing) => match self.lookup_backing(&dir, backing, &e.name, Some(e.kind)) {
                     Ok((inode, attr)) => {
                         looked_up += 1;
                         let full =

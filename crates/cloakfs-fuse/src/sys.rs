@@ -2,7 +2,7 @@
 //! conversions of their errors into FUSE errnos.
 
 use fuser::Errno;
-use rustix::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use rustix::fs::{AtFlags, Mode, OFlags};
 use std::fs::File;
 use std::io::{Read, Write};
@@ -42,6 +42,91 @@ pub(crate) fn open_path(dir: BorrowedFd<'_>, name: &str) -> rustix::io::Result<O
         OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
     )
+}
+
+/// A node's hold on its backing object: a descriptor that pins it, open for reading where
+/// that is as cheap as an `O_PATH` one.
+///
+/// Why readable: the xattr calls take no `O_PATH` descriptor, so on one they go through
+/// `/proc/self/fd/N`, a four-component walk that makes a proc inode each time (84% of a
+/// getxattr's cost under `ls -lR`, which asks for every file's ACL). A readable descriptor
+/// takes `fgetxattr` and friends directly. Only regular files and directories are opened so
+/// (opening a device or fifo has effects), and only on a local backing file system: there an
+/// open sends nothing anywhere, where on NFS, SMB or sshfs it is a network request (and NFS
+/// renames an open file that is unlinked).
+#[derive(Debug)]
+pub(crate) struct NodeFd {
+    fd: OwnedFd,
+    readable: bool,
+}
+
+impl NodeFd {
+    /// Holds `fd`, an `O_PATH` descriptor.
+    pub(crate) fn path(fd: OwnedFd) -> Self {
+        Self {
+            fd,
+            readable: false,
+        }
+    }
+
+    /// Holds `fd`, a descriptor open for reading.
+    pub(crate) fn readable(fd: OwnedFd) -> Self {
+        Self { fd, readable: true }
+    }
+
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// The descriptor, if the xattr calls can take it.
+    pub(crate) fn for_xattrs(&self) -> Option<BorrowedFd<'_>> {
+        self.readable.then(|| self.fd.as_fd())
+    }
+}
+
+/// Whether opening objects on the file system of `fd` for reading costs no more than an
+/// `O_PATH` open: the local disk file systems and tmpfs (see [`NodeFd`]).
+pub(crate) fn opens_are_local(fd: BorrowedFd<'_>) -> bool {
+    /// ext4 (also ext2/3), XFS, Btrfs, tmpfs, F2FS, ZFS: the magic numbers of statfs(2).
+    const LOCAL: [u32; 6] = [
+        0xef53,
+        0x5846_5342,
+        0x9123_683e,
+        0x0102_1994,
+        0xf2f5_2010,
+        0x2fc1_2fc1,
+    ];
+    // f_type is a word; the magic numbers are 32-bit.
+    rustix::fs::fstatfs(fd).is_ok_and(|st| LOCAL.contains(&(st.f_type as u32)))
+}
+
+/// Opens `name` inside `dir` as a node, never following a symlink: readable when `kind` (the
+/// listing's file type, a hint only) says a regular file or directory and `local`, else (or
+/// if that open is refused) as an `O_PATH` handle. The caller checks the type it gets.
+pub(crate) fn open_node(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    kind: Option<fuser::FileType>,
+    local: bool,
+) -> rustix::io::Result<NodeFd> {
+    let flags = match kind {
+        // Non-blocking: a lease holder is not waited for (the O_PATH handle is taken).
+        Some(fuser::FileType::RegularFile) if local => {
+            OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY
+        }
+        Some(fuser::FileType::Directory) if local => OFlags::RDONLY | OFlags::DIRECTORY,
+        _ => return open_path(dir, name).map(NodeFd::path),
+    };
+    match rustix::fs::openat(
+        dir,
+        name,
+        flags | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => Ok(NodeFd::readable(fd)),
+        Err(rustix::io::Errno::NOENT) => Err(rustix::io::Errno::NOENT),
+        Err(_) => open_path(dir, name).map(NodeFd::path),
+    }
 }
 
 /// Opens the directory behind the (`O_PATH`) descriptor `dir` for reading its entries or

@@ -7,9 +7,11 @@
 //! round trip per file listed.
 
 use crate::fs::CloakFs;
-use crate::inode::Kind;
+use crate::inode::{Inode, Kind};
 use crate::sys::{self, errno, Res};
 use fuser::{Errno, INodeNo, ReplyXattr};
+use rustix::fd::BorrowedFd;
+use rustix::fs::XattrFlags;
 use std::cell::RefCell;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -20,6 +22,64 @@ const XATTR_MAX: usize = 65536;
 thread_local! {
     /// Buffer for backing values and name lists, reused by this worker thread.
     static XBUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Where the xattr calls reach a node's backing object: its descriptor if that is open for
+/// reading, else the `/proc` path of its `O_PATH` handle (see `sys::NodeFd`).
+enum Backing<'a> {
+    Fd(BorrowedFd<'a>),
+    Path(String),
+}
+
+impl<'a> Backing<'a> {
+    fn of(inode: &'a Inode) -> Self {
+        match inode.xattr_fd() {
+            Some(fd) => Self::Fd(fd),
+            None => Self::Path(sys::proc_path(inode.fd())),
+        }
+    }
+
+    fn get_query(&self, name: &OsStr) -> rustix::io::Result<usize> {
+        match self {
+            Self::Fd(fd) => rustix::fs::fgetxattr_query(fd, name),
+            Self::Path(p) => rustix::fs::getxattr_query(p.as_str(), name),
+        }
+    }
+
+    fn get(&self, name: &OsStr, buf: &mut [u8]) -> rustix::io::Result<usize> {
+        match self {
+            Self::Fd(fd) => rustix::fs::fgetxattr(fd, name, buf),
+            Self::Path(p) => rustix::fs::getxattr(p.as_str(), name, buf),
+        }
+    }
+
+    fn list_query(&self) -> rustix::io::Result<usize> {
+        match self {
+            Self::Fd(fd) => rustix::fs::flistxattr_query(fd),
+            Self::Path(p) => rustix::fs::listxattr_query(p.as_str()),
+        }
+    }
+
+    fn list(&self, buf: &mut [u8]) -> rustix::io::Result<usize> {
+        match self {
+            Self::Fd(fd) => rustix::fs::flistxattr(fd, buf),
+            Self::Path(p) => rustix::fs::listxattr(p.as_str(), buf),
+        }
+    }
+
+    fn set(&self, name: &OsStr, value: &[u8], flags: XattrFlags) -> rustix::io::Result<()> {
+        match self {
+            Self::Fd(fd) => rustix::fs::fsetxattr(fd, name, value, flags),
+            Self::Path(p) => rustix::fs::setxattr(p.as_str(), name, value, flags),
+        }
+    }
+
+    fn remove(&self, name: &OsStr) -> rustix::io::Result<()> {
+        match self {
+            Self::Fd(fd) => rustix::fs::fremovexattr(fd, name),
+            Self::Path(p) => rustix::fs::removexattr(p.as_str(), name),
+        }
+    }
 }
 
 fn enodata() -> Errno {
@@ -93,17 +153,13 @@ impl CloakFs {
         if inode.kind == Kind::Symlink {
             return Err(enodata());
         }
-        let path = sys::proc_path(inode.fd());
+        let backing = Backing::of(&inode);
         let stored = self.stored_xattr_name(name)?;
         let backing_name = stored.as_deref().unwrap_or(name.as_bytes());
         XBUF.with_borrow_mut(|buf| {
             let name = OsStr::from_bytes(backing_name);
-            let n = sized(
-                buf,
-                || rustix::fs::getxattr_query(path.as_str(), name),
-                |b| rustix::fs::getxattr(path.as_str(), name, b),
-            )
-            .map_err(errno)?;
+            let n =
+                sized(buf, || backing.get_query(name), |b| backing.get(name, b)).map_err(errno)?;
             match &stored {
                 None => Ok(buf[..n].to_vec()),
                 Some(enc) => self
@@ -132,17 +188,17 @@ impl CloakFs {
         if inode.kind == Kind::Symlink {
             return Err(Errno::EPERM);
         }
-        let path = sys::proc_path(inode.fd());
-        let flags = rustix::fs::XattrFlags::from_bits_retain(flags as u32);
+        let backing = Backing::of(&inode);
+        let flags = XattrFlags::from_bits_retain(flags as u32);
         match self.stored_xattr_name(name)? {
-            None => rustix::fs::setxattr(path.as_str(), name, value, flags),
+            None => backing.set(name, value, flags),
             Some(enc) => {
                 let sealed = self
                     .volume
                     .meta()
                     .encrypt_xattr_value(&enc, value)
                     .map_err(|e| Errno::from_i32(e.errno()))?;
-                rustix::fs::setxattr(path.as_str(), OsStr::from_bytes(&enc), &sealed, flags)
+                backing.set(OsStr::from_bytes(&enc), &sealed, flags)
             }
         }
         .map_err(errno)
@@ -153,14 +209,9 @@ impl CloakFs {
         if inode.kind == Kind::Symlink {
             return Ok(Vec::new());
         }
-        let path = sys::proc_path(inode.fd());
+        let backing = Backing::of(&inode);
         XBUF.with_borrow_mut(|buf| {
-            let n = sized(
-                buf,
-                || rustix::fs::listxattr_query(path.as_str()),
-                |b| rustix::fs::listxattr(path.as_str(), b),
-            )
-            .map_err(errno)?;
+            let n = sized(buf, || backing.list_query(), |b| backing.list(b)).map_err(errno)?;
             let mut out = Vec::with_capacity(n);
             let names = buf[..n].split(|&b| b == 0);
             for stored in names.filter(|s| !s.is_empty() && !is_lsm_label(s)) {
@@ -197,9 +248,10 @@ impl CloakFs {
         if inode.kind == Kind::Symlink {
             return Err(Errno::EPERM);
         }
-        let path = sys::proc_path(inode.fd());
         let stored = self.stored_xattr_name(name)?;
         let backing_name = stored.as_deref().unwrap_or(name.as_bytes());
-        rustix::fs::removexattr(path.as_str(), OsStr::from_bytes(backing_name)).map_err(errno)
+        Backing::of(&inode)
+            .remove(OsStr::from_bytes(backing_name))
+            .map_err(errno)
     }
 }

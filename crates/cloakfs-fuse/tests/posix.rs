@@ -702,6 +702,69 @@ fn user_xattrs_are_encrypted() {
     assert!(listxattr(&fs.p("f")).unwrap().is_empty());
 }
 
+/// The `open(2)` flags of this process's descriptors of `backing` (the server runs in the
+/// test process, so its node descriptors are among them).
+fn held_flags(backing: &Path) -> Vec<i32> {
+    let mut flags = Vec::new();
+    for e in fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        if fs::read_link(e.path()).ok().as_deref() != Some(backing) {
+            continue;
+        }
+        let info = fs::read_to_string(Path::new("/proc/self/fdinfo").join(e.file_name()));
+        let Ok(info) = info else { continue };
+        let line = info.lines().find_map(|l| l.strip_prefix("flags:")).unwrap();
+        flags.push(i32::from_str_radix(line.trim(), 8).unwrap());
+    }
+    flags
+}
+
+#[test]
+fn listed_nodes_are_held_readable_and_serve_xattrs() {
+    let mut fs = TestFs::new();
+    if !matches!(
+        Command::new("stat").args(["-f", "-c", "%T"]).arg(&fs.cipher).output(),
+        Ok(o) if matches!(String::from_utf8_lossy(&o.stdout).trim(), "ext2/ext3" | "tmpfs" | "xfs" | "btrfs")
+    ) {
+        eprintln!("skipped: the backing file system is not one where nodes are held readable");
+        return;
+    }
+    fs::write(fs.p("run.sh"), b"#!/bin/sh\necho ran\n").unwrap();
+    fs::set_permissions(fs.p("run.sh"), fs::Permissions::from_mode(0o755)).unwrap();
+    // Held since its creation, read-only: a writable hold would refuse exec (ETXTBSY).
+    let out = Command::new(fs.p("run.sh")).output().unwrap();
+    assert_eq!(out.stdout, b"ran\n", "{out:?}");
+    fs::create_dir(fs.p("d")).unwrap();
+    // SAFETY: a valid C string path.
+    check(unsafe { libc::mkfifo(cpath(&fs.p("p")).as_ptr(), 0o644) }).unwrap();
+    setxattr(&fs.p("run.sh"), "user.colour", b"blue", 0).unwrap();
+    setxattr(&fs.p("d"), "user.size", b"large", 0).unwrap();
+    fs.remount();
+
+    // A listing looks every entry up (readdirplus) with the listing's file type.
+    assert_eq!(names(&fs.mnt), ["d", "p", "run.sh"]);
+    for (name, readable) in [("run.sh", true), ("d", true), ("p", false)] {
+        let held = held_flags(&fs.backing(name));
+        assert_eq!(held.len(), 1, "{name}: {held:?}");
+        let path = held[0] & libc::O_PATH != 0;
+        assert_eq!(!path, readable, "{name}: flags {:o}", held[0]);
+        assert_eq!(held[0] & libc::O_ACCMODE, libc::O_RDONLY, "{name}");
+    }
+    assert_eq!(
+        getxattr(&fs.p("run.sh"), "user.colour", true).unwrap(),
+        b"blue"
+    );
+    assert_eq!(listxattr(&fs.p("d")).unwrap(), vec![b"user.size".to_vec()]);
+    setxattr(&fs.p("d"), "user.shape", b"round", 0).unwrap();
+    removexattr(&fs.p("d"), "user.size").unwrap();
+    assert_eq!(listxattr(&fs.p("d")).unwrap(), vec![b"user.shape".to_vec()]);
+    let e = getxattr(&fs.p("p"), "user.colour", true).unwrap_err();
+    assert_eq!(errno(&e), libc::ENODATA);
+    let e = getxattr(&fs.p("run.sh"), "system.posix_acl_access", true).unwrap_err();
+    assert_eq!(errno(&e), libc::ENODATA);
+    fs.remount();
+    assert_eq!(getxattr(&fs.p("d"), "user.shape", true).unwrap(), b"round");
+}
+
 #[test]
 fn posix_acl_xattr_passes_through() {
     let fs = TestFs::new();
