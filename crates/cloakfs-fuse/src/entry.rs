@@ -12,6 +12,10 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
+/// Backing size from which unlinking a file's last name frees its data before the reply
+/// (smaller files are freed soon after by the node's close, at little cost to anyone).
+const FREE_ON_UNLINK: u64 = 1 << 20;
+
 impl CloakFs {
     pub(crate) fn do_lookup(&self, parent: INodeNo, name: &OsStr) -> Res<FileAttr> {
         let p = self.node(parent)?;
@@ -98,8 +102,20 @@ impl CloakFs {
         self.writable()?;
         let p = self.node(parent)?;
         let stored = self.stored_name(&p, name)?;
+        // A large file's last link: its node (if any) is found first, to free the data below.
+        let last_link = rustix::fs::statat(p.fd(), stored.backing(), AtFlags::SYMLINK_NOFOLLOW)
+            .ok()
+            .filter(|st| {
+                st.st_nlink == 1
+                    && st.st_mode & libc::S_IFMT == libc::S_IFREG
+                    && st.st_size as u64 >= FREE_ON_UNLINK
+            })
+            .and_then(|st| self.inodes.by_key(st.st_dev, st.st_ino));
         rustix::fs::unlinkat(p.fd(), stored.backing(), AtFlags::empty()).map_err(errno)?;
         self.remove_sidecar(p.fd(), &stored);
+        if let Some(inode) = last_link {
+            inode.free_unlinked_data();
+        }
         Ok(())
     }
 

@@ -188,6 +188,22 @@ impl Inode {
         Ok(f)
     }
 
+    /// Frees the data of this node's backing file, just unlinked for good, unless a handle
+    /// has it open: the daemon's descriptor would otherwise keep the blocks allocated until
+    /// the kernel forgets the node, after `rm` has returned (and after a `sync` that follows
+    /// it), and the file system would free them while later work runs (measured: 1 GiB freed
+    /// 170 ms after `rm` returned). Best effort: the file is already gone from every view.
+    pub(crate) fn free_unlinked_data(&self) {
+        let st = self.state();
+        // No name left (whatever raced with the unlink), and nothing here has it open.
+        let gone = rustix::fs::fstat(self.fd()).is_ok_and(|m| m.st_nlink == 0);
+        if gone && st.users == 0 && st.file.is_none() {
+            if let Ok(fd) = crate::sys::reopen(self.fd(), OFlags::WRONLY) {
+                let _ = rustix::fs::ftruncate(&fd, 0);
+            }
+        }
+    }
+
     /// Drops one user; the last one closes the backing file.
     pub(crate) fn release(&self) {
         let closing = {
@@ -291,6 +307,13 @@ impl InodeTable {
             .last_used
             .store(self.clock.load(Ordering::Relaxed), Ordering::Relaxed);
         Some(inode)
+    }
+
+    /// The node of backing object (`dev`, `ino`), if the kernel knows one.
+    pub(crate) fn by_key(&self, dev: u64, ino: u64) -> Option<Arc<Inode>> {
+        let t = self.read();
+        let nodeid = t.keys.get(&(dev, ino))?;
+        t.nodes.get(nodeid).map(|e| e.inode.clone())
     }
 
     /// Nodes made by this table so far.

@@ -354,6 +354,51 @@ fn open_unlinked_file_stays_usable() {
 }
 
 #[test]
+fn unlinking_a_large_files_last_name_frees_its_data_unless_it_is_open() {
+    let fs = TestFs::new();
+    let data = Rng(7).bytes(3 << 20);
+    for name in ["freed", "kept", "linked"] {
+        fs::write(fs.p(name), &data).unwrap();
+    }
+    fs::hard_link(fs.p("linked"), fs.p("linked2")).unwrap();
+    let freed = fs::metadata(fs.backing("freed")).unwrap();
+    let freed = (freed.dev(), freed.ino());
+    // An O_PATH descriptor pins the kernel's inode (so the daemon keeps its node) without
+    // opening the file.
+    let pinned = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH)
+        .open(fs.p("freed"))
+        .unwrap();
+    let mut kept = File::open(fs.p("kept")).unwrap();
+    for name in ["freed", "kept", "linked"] {
+        fs::remove_file(fs.p(name)).unwrap();
+    }
+    // The daemon runs in this process: its descriptor of the backing file (kept, since the
+    // kernel still knows the node) shows the data gone. The view's size is the kernel's own
+    // (writeback cache), so it cannot tell.
+    let sizes: Vec<u64> = fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| fs::metadata(e.path()).ok())
+        .filter(|m| m.dev() == freed.0 && m.ino() == freed.1)
+        .map(|m| m.len())
+        .collect();
+    assert!(
+        !sizes.is_empty() && sizes.iter().all(|&n| n == 0),
+        "{sizes:?}"
+    );
+    drop(pinned);
+    let mut back = Vec::new();
+    kept.read_to_end(&mut back).unwrap();
+    assert!(back == data, "an open file keeps its data");
+    assert!(
+        fs::read(fs.p("linked2")).unwrap() == data,
+        "another name keeps the data"
+    );
+}
+
+#[test]
 fn rename_file_within_and_across_directories() {
     let fs = TestFs::new();
     fs::create_dir(fs.p("a")).unwrap();
