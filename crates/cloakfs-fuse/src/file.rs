@@ -224,8 +224,8 @@ impl CloakFs {
             )
             .map_err(errno)?;
         }
-        let pfd = self.hold_created(&p, stored.backing(), fd.as_fd())?;
-        let (inode, attr) = self.lookup_fd(pfd, &p, name)?;
+        let (held, m) = self.hold_created(&p, stored.backing(), fd.as_fd())?;
+        let (inode, attr) = self.lookup_stated(held, &m, &p, name)?;
         let file = match inode.install(&self.codec, fd) {
             Ok(f) => f,
             Err(e) => {

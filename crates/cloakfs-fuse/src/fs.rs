@@ -264,32 +264,29 @@ impl CloakFs {
     }
 
     /// The node hold for `fd`, just created as `backing` in `parent` and open read-write
-    /// (which a node must not keep: that would refuse exec with ETXTBSY): the same object
-    /// opened again by name for reading on a local file system, else an `O_PATH` handle.
+    /// (which a node must not keep: that would refuse exec with ETXTBSY), with the object's
+    /// attributes: the same object opened again by name (readable on a local file system),
+    /// else an `O_PATH` handle through `/proc`.
     pub(crate) fn hold_created(
         &self,
         parent: &Inode,
         backing: &str,
         fd: BorrowedFd<'_>,
-    ) -> Res<NodeFd> {
+    ) -> Res<(NodeFd, Meta)> {
+        let m = Meta::from_stat(&rustix::fs::fstat(fd).map_err(errno)?);
         if self.local_opens {
-            let again = sys::open_node(
-                parent.fd(),
-                backing,
-                Some(fuser::FileType::RegularFile),
-                true,
-            );
-            if let Ok(again) = again {
-                let same =
-                    |f: BorrowedFd<'_>| rustix::fs::fstat(f).map(|st| (st.st_dev, st.st_ino));
-                if again.for_xattrs().is_some() && same(again.fd()).ok() == same(fd).ok() {
-                    return Ok(again);
+            let kind = Some(fuser::FileType::RegularFile);
+            if let Ok(again) = sys::open_node(parent.fd(), backing, kind, true) {
+                // The same object, unless the name was replaced meanwhile.
+                if rustix::fs::fstat(again.fd())
+                    .is_ok_and(|st| (st.st_dev, st.st_ino) == (m.dev, m.ino))
+                {
+                    return Ok((again, m));
                 }
             }
         }
-        sys::reopen(fd, OFlags::PATH)
-            .map(NodeFd::path)
-            .map_err(errno)
+        let held = sys::reopen(fd, OFlags::PATH).map_err(errno)?;
+        Ok((NodeFd::path(held), m))
     }
 
     /// Counts one kernel reference to the object behind `fd`, known to the kernel as `name`
@@ -301,6 +298,17 @@ impl CloakFs {
         name: &OsStr,
     ) -> Res<(Arc<Inode>, FileAttr)> {
         let m = Meta::from_stat(&rustix::fs::fstat(fd.fd()).map_err(errno)?);
+        self.lookup_stated(fd, &m, parent, name)
+    }
+
+    /// [`CloakFs::lookup_fd`] for an object whose attributes `m` were just read.
+    pub(crate) fn lookup_stated(
+        &self,
+        fd: NodeFd,
+        m: &Meta,
+        parent: &Inode,
+        name: &OsStr,
+    ) -> Res<(Arc<Inode>, FileAttr)> {
         let fd = match (fd.for_xattrs(), Kind::of_mode(m.mode)) {
             // Not what the listing said (replaced since): held open it might be a device.
             (Some(open), Kind::Symlink | Kind::Special) => {
@@ -308,11 +316,11 @@ impl CloakFs {
             }
             _ => fd,
         };
-        let (inode, live) = self.inodes.lookup(fd, &m, parent.nodeid, name.as_bytes());
+        let (inode, live) = self.inodes.lookup(fd, m, parent.nodeid, name.as_bytes());
         if let Some(n) = live.and_then(|live| self.pruner.due(live, self.inodes.clock())) {
             self.pruner.send(self.inodes.least_used(n));
         }
-        let attr = self.attr_of(&inode, &m);
+        let attr = self.attr_of(&inode, m);
         Ok((inode, attr))
     }
 

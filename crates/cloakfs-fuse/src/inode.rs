@@ -1,5 +1,6 @@
 //! The inode table: every node the kernel knows, with a descriptor of its backing object
-//! (`O_PATH`, or readable: see [`NodeFd`]), keyed by the backing (st_dev, st_ino) so that hard links are one node.
+//! (`O_PATH`, or readable: see [`NodeFd`]), keyed by the backing (st_dev, st_ino) so that
+//! hard links are one node.
 //!
 //! A node's number is its backing inode number when that is unambiguous (same device as the
 //! cipher directory), so numbers stay stable across lookups and mounts; anything else gets a

@@ -124,7 +124,7 @@ pub(crate) fn open_node(
         Mode::empty(),
     ) {
         Ok(fd) => Ok(NodeFd::readable(fd)),
-        Err(rustix::io::Errno::NOENT) => Err(rustix::io::Errno::NOENT),
+        Err(e @ rustix::io::Errno::NOENT) => Err(e),
         Err(_) => open_path(dir, name).map(NodeFd::path),
     }
 }
