@@ -69,25 +69,51 @@ impl CloakFs {
         if dir.kind != crate::inode::Kind::Dir {
             return Err(Errno::ENOTDIR);
         }
-        let id = match sys::read_small(dir.fd(), DIRID_FILE, DIRID_LEN) {
-            Ok(bytes) => parse_dir_id(&bytes).map_err(|e| self.fail(&e, dir.fd(), None))?,
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-                let fresh = self
-                    .warned
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert((dir.nodeid, DIRID_FILE.as_bytes().to_vec()));
-                if fresh {
-                    tracing::error!(
-                        "{}: directory has no {DIRID_FILE}; its entries cannot be named",
-                        sys::describe(dir.fd())
-                    );
-                }
-                return Err(Errno::EIO);
-            }
-            Err(e) => return Err(sys::io_errno(&e)),
+        let fd = dir.fd();
+        let absent = |e| match e {
+            rustix::io::Errno::NOENT => self.missing_dir_id(dir),
+            e => errno(e),
         };
+        let st = rustix::fs::statat(fd, DIRID_FILE, AtFlags::SYMLINK_NOFOLLOW).map_err(absent)?;
+        let id = self.dir_ids.get_or_read(&st, || -> Res<_> {
+            let file = rustix::fs::openat(
+                fd,
+                DIRID_FILE,
+                rustix::fs::OFlags::RDONLY
+                    | rustix::fs::OFlags::NOFOLLOW
+                    | rustix::fs::OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(absent)?;
+            let st = rustix::fs::fstat(&file).map_err(errno)?;
+            let bytes = sys::read_fd_small(file, DIRID_LEN).map_err(|e| sys::io_errno(&e))?;
+            let id = parse_dir_id(&bytes).map_err(|e| self.fail(&e, fd, None))?;
+            Ok((st, id))
+        })?;
         Ok(*dir.dir_id.get_or_init(|| id))
+    }
+
+    /// Reports (once per directory) a directory without its ID file: EIO.
+    fn missing_dir_id(&self, dir: &Inode) -> Errno {
+        let fresh = self
+            .warned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((dir.nodeid, DIRID_FILE.as_bytes().to_vec()));
+        if fresh {
+            tracing::error!(
+                "{}: directory has no {DIRID_FILE}; its entries cannot be named",
+                sys::describe(dir.fd())
+            );
+        }
+        Errno::EIO
+    }
+
+    /// Remembers the ID just written into new directory `dfd`.
+    fn remember_dir_id(&self, dfd: BorrowedFd<'_>, id: DirId) {
+        if let Ok(st) = rustix::fs::statat(dfd, DIRID_FILE, AtFlags::SYMLINK_NOFOLLOW) {
+            self.dir_ids.insert(&st, id);
+        }
     }
 
     /// The stored form of plaintext `name` inside directory `dir`.
@@ -289,6 +315,7 @@ impl CloakFs {
                     .map_err(errno)?;
             }
             rustix::fs::fsync(&dfd).map_err(errno)?;
+            self.remember_dir_id(dfd.as_fd(), id);
             let created = self.write_sidecar(pfd, stored)?;
             let moved = rename_noreplace(pfd, &tmp, stored.backing());
             if moved.is_err() && created {
@@ -448,4 +475,93 @@ fn rename_noreplace(dir: BorrowedFd<'_>, from: &str, to: &str) -> Res<()> {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cloakfs_core::config::VolumeParams;
+    use cloakfs_core::kdf::Argon2Params;
+    use cloakfs_core::secret::Passphrase;
+    use cloakfs_core::Volume;
+    use fuser::INodeNo;
+    use std::os::unix::fs::FileExt;
+    use std::sync::OnceLock;
+    use std::time::Duration;
+
+    fn served(cipher: &std::path::Path) -> CloakFs {
+        let pass = Passphrase::new(b"pw".to_vec());
+        let kdf = Argon2Params {
+            memory_kib: 64,
+            iterations: 1,
+            lanes: 1,
+        };
+        Volume::create(cipher, VolumeParams::new(), &pass, kdf).unwrap();
+        let volume = Volume::unlock(cipher, &pass).unwrap();
+        CloakFs::new(
+            volume,
+            cipher,
+            Duration::ZERO,
+            false,
+            Arc::new(OnceLock::new()),
+        )
+        .unwrap()
+    }
+
+    /// The directory's ID as a node the kernel just looked up (after forgetting any other)
+    /// sees it.
+    fn id_seen_fresh(fs: &CloakFs, name: &str) -> DirId {
+        let root = fs.inodes.root();
+        let attr = fs.do_lookup(INodeNo(root), OsStr::new(name)).unwrap();
+        let node = fs.node(attr.ino).unwrap();
+        assert!(node.dir_id.get().is_none(), "a fresh node");
+        let id = fs.dir_id(&node).unwrap();
+        fs.inodes.forget(attr.ino.0, 1);
+        id
+    }
+
+    #[test]
+    fn forgotten_directories_ids_come_from_the_cache_until_their_file_changes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fs = served(tmp.path());
+        let root = fs.node(INodeNo(fs.inodes.root())).unwrap();
+        let stored = fs.stored_name(&root, OsStr::new("d")).unwrap();
+        let (_dfd, made) = fs.make_dir(&root, &stored, 0o755, None).unwrap();
+        let file = tmp.path().join(stored.backing()).join(DIRID_FILE);
+
+        // Written by mkdir: known without a read.
+        assert_eq!(id_seen_fresh(&fs, "d"), made);
+        assert_eq!(fs.dir_ids.reads(), 0);
+
+        // Replaced by another one (as a sync tool renames its download into place): read.
+        let other = DirId([7; 16]);
+        let tmpfile = tmp.path().join("new-id");
+        std::fs::write(&tmpfile, other.0).unwrap();
+        std::fs::rename(&tmpfile, &file).unwrap();
+        assert_eq!(id_seen_fresh(&fs, "d"), other);
+        assert_eq!(fs.dir_ids.reads(), 1);
+        // ... once.
+        assert_eq!(id_seen_fresh(&fs, "d"), other);
+        assert_eq!(fs.dir_ids.reads(), 1);
+
+        // Rewritten in place, times set back as a copy tool would: read again.
+        let third = DirId([9; 16]);
+        let f = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+        f.write_all_at(&third.0, 0).unwrap();
+        f.set_modified(std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000))
+            .unwrap();
+        drop(f);
+        assert_eq!(id_seen_fresh(&fs, "d"), third);
+        assert_eq!(fs.dir_ids.reads(), 2);
+        // The names in it are then bound to that ID.
+        let node = fs
+            .node(
+                fs.do_lookup(INodeNo(fs.inodes.root()), OsStr::new("d"))
+                    .unwrap()
+                    .ino,
+            )
+            .unwrap();
+        let expect = fs.volume.names().encrypt(&third, b"x").unwrap();
+        assert_eq!(fs.stored_name(&node, OsStr::new("x")).unwrap(), expect);
+    }
 }

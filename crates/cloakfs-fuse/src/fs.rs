@@ -3,6 +3,7 @@
 
 use crate::attr::{self, Meta};
 use crate::dir::DirHandle;
+use crate::dirids::DirIdCache;
 use crate::inode::{Inode, InodeTable, Kind};
 use crate::prune::Pruner;
 use crate::sys::{self, errno, NodeFd, Res};
@@ -40,6 +41,8 @@ pub(crate) struct CloakFs {
     pub(crate) attach_owner: Option<(u32, u32)>,
     /// Backing entries already reported as undecryptable (directory node, backing name).
     pub(crate) warned: Mutex<HashSet<(u64, Vec<u8>)>>,
+    /// Directory IDs of directories whose nodes the kernel may have forgotten.
+    pub(crate) dir_ids: DirIdCache,
     /// Keeps the nodes (one descriptor each) below the descriptor limit.
     pub(crate) pruner: Pruner,
     /// Whether nodes may be held open for reading (a local backing file system).
@@ -104,6 +107,7 @@ impl CloakFs {
             euid: rustix::process::geteuid().as_raw(),
             attach_owner,
             warned: Mutex::new(HashSet::new()),
+            dir_ids: DirIdCache::default(),
             pruner: Pruner::for_fd_limit(notifier),
             local_opens,
         })
@@ -360,6 +364,7 @@ impl CloakFs {
     /// the backing files (writes are synchronous), so nothing else is pending; making it
     /// durable (syncfs) is left to the caller.
     pub(crate) fn shutdown(&self) {
+        tracing::debug!("directory ID files read: {}", self.dir_ids.reads());
         self.dirs.lock().unwrap_or_else(|e| e.into_inner()).clear();
         drop(self.inodes.drain());
     }

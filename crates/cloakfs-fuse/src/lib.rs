@@ -22,6 +22,7 @@
 mod attr;
 mod creds;
 mod dir;
+mod dirids;
 mod entry;
 mod file;
 mod fs;

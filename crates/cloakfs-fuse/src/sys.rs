@@ -185,6 +185,11 @@ pub(crate) fn read_small(dir: BorrowedFd<'_>, name: &str, max: usize) -> std::io
         OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
     )?;
+    read_fd_small(fd, max)
+}
+
+/// Reads all of open file `fd`, failing with EFBIG if it holds more than `max` bytes.
+pub(crate) fn read_fd_small(fd: OwnedFd, max: usize) -> std::io::Result<Vec<u8>> {
     let mut out = Vec::with_capacity(max + 1);
     File::from(fd).take(max as u64 + 1).read_to_end(&mut out)?;
     if out.len() > max {
