@@ -7,10 +7,12 @@ use crate::fs::CloakFs;
 use crate::inode::{Inode, Kind};
 use crate::sys::{self, errno, Res};
 use fuser::{Errno, FileAttr, INodeNo, RenameFlags, Request};
+use rustix::fd::BorrowedFd;
 use rustix::fs::{AtFlags, Mode};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::Arc;
 
 /// Backing size from which unlinking a file's last name frees its data before the reply
 /// (smaller files are freed soon after by the node's close, at little cost to anyone).
@@ -102,21 +104,27 @@ impl CloakFs {
         self.writable()?;
         let p = self.node(parent)?;
         let stored = self.stored_name(&p, name)?;
-        // A large file's last link: its node (if any) is found first, to free the data below.
-        let last_link = rustix::fs::statat(p.fd(), stored.backing(), AtFlags::SYMLINK_NOFOLLOW)
-            .ok()
-            .filter(|st| {
-                st.st_nlink == 1
-                    && st.st_mode & libc::S_IFMT == libc::S_IFREG
-                    && st.st_size as u64 >= FREE_ON_UNLINK
-            })
-            .and_then(|st| self.inodes.by_key(st.st_dev, st.st_ino));
+        let last_link = self.large_last_link(p.fd(), stored.backing());
         rustix::fs::unlinkat(p.fd(), stored.backing(), AtFlags::empty()).map_err(errno)?;
         self.remove_sidecar(p.fd(), &stored);
         if let Some(inode) = last_link {
             inode.free_unlinked_data();
         }
         Ok(())
+    }
+
+    /// The node of backing entry `backing` of `dir` if that name is the last link of a large
+    /// file, found before the name is removed or replaced so that the data can be freed before
+    /// the reply ([`Inode::free_unlinked_data`]).
+    fn large_last_link(&self, dir: BorrowedFd<'_>, backing: &str) -> Option<Arc<Inode>> {
+        rustix::fs::statat(dir, backing, AtFlags::SYMLINK_NOFOLLOW)
+            .ok()
+            .filter(|st| {
+                st.st_nlink == 1
+                    && st.st_mode & libc::S_IFMT == libc::S_IFREG
+                    && st.st_size as u64 >= FREE_ON_UNLINK
+            })
+            .and_then(|st| self.inodes.by_key(st.st_dev, st.st_ino))
     }
 
     pub(crate) fn do_rmdir(&self, parent: INodeNo, name: &OsStr) -> Res<()> {
@@ -175,6 +183,11 @@ impl CloakFs {
         } else {
             self.write_sidecar(np.fd(), &to)?
         };
+        let replaced = if exchange {
+            None
+        } else {
+            self.large_last_link(np.fd(), to.backing())
+        };
         let mut rflags = rustix::fs::RenameFlags::empty();
         if exchange {
             rflags |= rustix::fs::RenameFlags::EXCHANGE;
@@ -205,6 +218,9 @@ impl CloakFs {
         let same_entry = p.nodeid == np.nodeid && from.backing() == to.backing();
         if !exchange && !same_entry {
             self.remove_sidecar(p.fd(), &from);
+        }
+        if let Some(inode) = replaced {
+            inode.free_unlinked_data();
         }
         Ok(())
     }

@@ -354,41 +354,54 @@ fn open_unlinked_file_stays_usable() {
 }
 
 #[test]
-fn unlinking_a_large_files_last_name_frees_its_data_unless_it_is_open() {
+fn removing_a_large_files_last_name_frees_its_data_unless_it_is_open() {
     let fs = TestFs::new();
     let data = Rng(7).bytes(3 << 20);
-    for name in ["freed", "kept", "linked"] {
+    for name in ["freed", "replaced", "kept", "linked"] {
         fs::write(fs.p(name), &data).unwrap();
     }
+    fs::write(fs.p("new"), b"new").unwrap();
     fs::hard_link(fs.p("linked"), fs.p("linked2")).unwrap();
-    let freed = fs::metadata(fs.backing("freed")).unwrap();
-    let freed = (freed.dev(), freed.ino());
-    // An O_PATH descriptor pins the kernel's inode (so the daemon keeps its node) without
-    // opening the file.
-    let pinned = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_PATH)
-        .open(fs.p("freed"))
-        .unwrap();
+    let key = |name: &str| {
+        let m = fs::metadata(fs.backing(name)).unwrap();
+        (m.dev(), m.ino())
+    };
+    let gone = [key("freed"), key("replaced")];
+    // O_PATH descriptors pin the kernel's inodes (so the daemon keeps its nodes) without
+    // opening the files.
+    let pinned: Vec<File> = ["freed", "replaced"]
+        .iter()
+        .map(|name| {
+            OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_PATH)
+                .open(fs.p(name))
+                .unwrap()
+        })
+        .collect();
     let mut kept = File::open(fs.p("kept")).unwrap();
     for name in ["freed", "kept", "linked"] {
         fs::remove_file(fs.p(name)).unwrap();
     }
-    // The daemon runs in this process: its descriptor of the backing file (kept, since the
-    // kernel still knows the node) shows the data gone. The view's size is the kernel's own
+    fs::rename(fs.p("new"), fs.p("replaced")).unwrap();
+    // The daemon runs in this process: its descriptors of the backing files (kept, since the
+    // kernel still knows the nodes) show the data gone. The view's size is the kernel's own
     // (writeback cache), so it cannot tell.
-    let sizes: Vec<u64> = fs::read_dir("/proc/self/fd")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| fs::metadata(e.path()).ok())
-        .filter(|m| m.dev() == freed.0 && m.ino() == freed.1)
-        .map(|m| m.len())
-        .collect();
-    assert!(
-        !sizes.is_empty() && sizes.iter().all(|&n| n == 0),
-        "{sizes:?}"
-    );
+    for key in gone {
+        let sizes: Vec<u64> = fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| fs::metadata(e.path()).ok())
+            .filter(|m| (m.dev(), m.ino()) == key)
+            .map(|m| m.len())
+            .collect();
+        assert!(
+            !sizes.is_empty() && sizes.iter().all(|&n| n == 0),
+            "{key:?}: {sizes:?}"
+        );
+    }
     drop(pinned);
+    assert_eq!(fs::read(fs.p("replaced")).unwrap(), b"new");
     let mut back = Vec::new();
     kept.read_to_end(&mut back).unwrap();
     assert!(back == data, "an open file keeps its data");
