@@ -9,6 +9,8 @@ RESULTS_DIR is a ../shared/bench/peers.sh results directory (as written by bench
   run-info.txt           command, commit, FSB_* overrides (bench/run.sh)
   <fs>.r<N>.mem          daemon peak RSS / threads (bench/hooks.sh sampler)
   cpu-seq_write/, cpu-seq_write+seq_read/   streaming CPU pass (bench/run.sh)
+  steal.log              "epoch steal_ticks all_ticks" every 2 s (bench/run.sh), with
+                         peers.log's timestamps: the host's CPU steal during each round
 
 Prints the report and, with --out-dir, writes DIR/<stamp>.md and DIR/latest.md, where <stamp>
 is the run's start (UTC) as YYYY-MM-DD-HHMM.  The ratio table compares --subject (default
@@ -107,6 +109,51 @@ def read_versions(path):
     return ver, lines
 
 
+STEAL_WARN = 5.0  # percent of CPU time stolen by the host above which a round is flagged
+
+
+def read_steal(res):
+    """steal[(fs, round)] = percent of CPU time stolen while fsbench ran on fs in that round,
+    from steal.log (epoch samples) and the "fsbench on" / "unmount" lines of peers.log."""
+    try:
+        with open(os.path.join(res, "steal.log")) as f:
+            samples = [tuple(int(x) for x in line.split()) for line in f
+                       if len(line.split()) == 3 and all(x.isdigit() for x in line.split())]
+        with open(os.path.join(res, "peers.log"), errors="replace") as f:
+            log = f.read().splitlines()
+    except OSError:
+        return {}
+    if len(samples) < 2:
+        return {}
+    # peers.log has local times of day: place them after the first sample, rolling over
+    # midnight whenever a time goes backwards.
+    start = datetime.datetime.fromtimestamp(samples[0][0])
+    day = start.replace(hour=0, minute=0, second=0, microsecond=0)
+    prev = start - datetime.timedelta(minutes=5)
+    windows, open_ = {}, {}
+    for line in log:
+        m = re.match(r"# \[(\d\d):(\d\d):(\d\d)\] === (\S+) round (\d+): (fsbench on|unmount)", line)
+        if not m:
+            continue
+        t = day + datetime.timedelta(hours=int(m.group(1)), minutes=int(m.group(2)),
+                                     seconds=int(m.group(3)))
+        while t < prev - datetime.timedelta(hours=1):
+            day += datetime.timedelta(days=1)
+            t += datetime.timedelta(days=1)
+        prev = t
+        key = (m.group(4), int(m.group(5)))
+        if m.group(6) == "fsbench on":
+            open_[key] = t.timestamp()
+        elif key in open_:
+            windows[key] = (open_.pop(key), t.timestamp())
+    steal = {}
+    for key, (t0, t1) in windows.items():
+        inside = [s for s in samples if t0 - 2 <= s[0] <= t1 + 2]
+        if len(inside) >= 2 and inside[-1][2] > inside[0][2]:
+            steal[key] = 100.0 * (inside[-1][1] - inside[0][1]) / (inside[-1][2] - inside[0][2])
+    return steal
+
+
 def read_mem(res):
     """mem[fs] = list of (round, peak_rss_kib, max_threads)."""
     mem = {}
@@ -175,6 +222,7 @@ def main():
     wls = [w for w in WL_ORDER if w in units or any(k[1] == w for k in fails)]
     wls += sorted({k[1] for k in list(data) + list(fails)} - set(WL_ORDER) - set(INFO))
     rounds = sorted({r for v in data.values() for r, _ in v})
+    steal = read_steal(res)
 
     vfile = sorted(f for f in os.listdir(res) if re.match(r"versions-r\d+\.txt$", f))
     ver, vlines = read_versions(os.path.join(res, vfile[0])) if vfile else ({}, [])
@@ -293,6 +341,11 @@ def main():
 
         # issue 3 targets
         out.append("### Targets (issue 3)\n")
+        noisy = [f"{f} r{r} {v:.0f}%" for (f, r), v in sorted(steal.items()) if v > STEAL_WARN]
+        if noisy:
+            out.append(f"- **Noisy run**: the host took more than {STEAL_WARN:.0f}% of the CPU "
+                       f"(steal) during " + ", ".join(noisy) + "; those rounds are not "
+                       f"comparable with quiet ones.")
         if enc:
             if losing:
                 out.append(f"- Lines where {subj} is slower than an encrypting peer (worst cost "
@@ -354,10 +407,16 @@ def main():
         if any((f, wl) in data for f in cols):
             rows.append([wl + " (s)"] + [" / ".join(fmt(v) for _, v in sorted(data.get((f, wl), [])))
                                          or "-" for f in cols])
+    if steal:
+        rows.append(["host steal (%)"] + [
+            " / ".join(f"{steal[(f, r)]:.1f}" if (f, r) in steal else "-" for r in rounds)
+            for f in cols])
     if rows:
         out.append("## Run info per round (r1 / r2 / ...)\n")
         out.append("foreign_cpu: busy CPU-seconds during the run not used by fsbench or the "
-                   "daemon (other tenants, kernel threads); large values mean a noisy run.\n")
+                   "daemon (other tenants, kernel threads); large values mean a noisy run. "
+                   "host steal: share of the VM's CPU time the host gave to other guests while "
+                   "fsbench ran (bench/run.sh's sampler).\n")
         table(out, rows, ["item"] + cols)
 
     # ------------------------------------------------------------------ appendix

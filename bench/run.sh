@@ -25,6 +25,10 @@
 # Write = first / size, read = (second - first) / size.  Skipped when seq_write is not among the
 # workloads.
 #
+# Steal: on a VM, CPU time the host gives to other guests.  run.sh samples /proc/stat every 2 s
+# into <results>/steal.log, and the report gives each round's steal percentage (a round with
+# more than a few percent is not comparable with a quiet one).
+#
 # Needs root (drop_caches, FUSE mounts) and ../shared/bench/prep.sh to have run once.
 # Results: the peers.sh directory (raw lines, logs, summary.md, <fs>.r<N>.mem peak RSS) and
 # bench/results/<YYYY-MM-DD-HHMM>.md plus bench/results/latest.md.
@@ -109,8 +113,10 @@ export FSB_HOOKS="$HERE/hooks.sh"
 # ------------------------------------------------------------------ cleanup
 # peers.sh unmounts after every run; if it is interrupted, unmount whatever it left under
 # $FSB_BASE/run (the daemons exit when their file system is unmounted).
+STEAL_PID=""
 cleanup() {
     local m
+    [ -z "$STEAL_PID" ] || kill "$STEAL_PID" 2>/dev/null || true
     while read -r _ m _; do
         case $m in
             "$FSB_BASE"/run/*) echo "run.sh: unmounting leftover $m" >&2; fusermount3 -uz "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true ;;
@@ -147,9 +153,22 @@ wait_samplers() {  # the .mem samplers end within FSB_MEM_INTERVAL of their daem
 } > "$RES/run-info.txt"
 
 # ------------------------------------------------------------------ main run
+steal_sampler() {  # every 2 s: epoch seconds, steal ticks, all ticks (the /proc/stat cpu line)
+    local cpu user nice sys idle iow irq sirq steal rest
+    while :; do
+        read -r cpu user nice sys idle iow irq sirq steal rest < /proc/stat
+        echo "$(date +%s) $steal $((user + nice + sys + idle + iow + irq + sirq + steal))"
+        sleep 2
+    done
+}
+steal_sampler > "$RES/steal.log" 2>/dev/null &
+STEAL_PID=$!
+
 echo "run.sh: peers.sh -r $ROUNDS ${FSLIST[*]} -> $RES" >&2
 "$SHARED_BENCH/peers.sh" -r "$ROUNDS" -o "$RES" "${FSLIST[@]}"
 wait_samplers "$RES"
+kill "$STEAL_PID" 2>/dev/null || true
+STEAL_PID=""
 
 # ------------------------------------------------------------------ streaming CPU pass
 FUSE_FS=()
