@@ -117,8 +117,9 @@ def read_steal(res):
     from steal.log (epoch samples) and the "fsbench on" / "unmount" lines of peers.log."""
     try:
         with open(os.path.join(res, "steal.log")) as f:
-            samples = [tuple(int(x) for x in line.split()) for line in f
-                       if len(line.split()) == 3 and all(x.isdigit() for x in line.split())]
+            fields = [line.split() for line in f]
+        samples = [tuple(map(int, p)) for p in fields
+                   if len(p) == 3 and all(x.isdigit() for x in p)]
         with open(os.path.join(res, "peers.log"), errors="replace") as f:
             log = f.read().splitlines()
     except OSError:

@@ -76,15 +76,7 @@ impl CloakFs {
         };
         let st = rustix::fs::statat(fd, DIRID_FILE, AtFlags::SYMLINK_NOFOLLOW).map_err(absent)?;
         let id = self.dir_ids.get_or_read(&st, || -> Res<_> {
-            let file = rustix::fs::openat(
-                fd,
-                DIRID_FILE,
-                rustix::fs::OFlags::RDONLY
-                    | rustix::fs::OFlags::NOFOLLOW
-                    | rustix::fs::OFlags::CLOEXEC,
-                Mode::empty(),
-            )
-            .map_err(absent)?;
+            let file = sys::open_internal(fd, DIRID_FILE).map_err(absent)?;
             let st = rustix::fs::fstat(&file).map_err(errno)?;
             let bytes = sys::read_fd_small(file, DIRID_LEN).map_err(|e| sys::io_errno(&e))?;
             let id = parse_dir_id(&bytes).map_err(|e| self.fail(&e, fd, None))?;

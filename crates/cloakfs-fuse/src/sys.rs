@@ -177,15 +177,19 @@ pub(crate) fn eaccess(fd: BorrowedFd<'_>, access: rustix::fs::Access) -> rustix:
     }
 }
 
-/// Reads a small file `name` inside `dir` (at most `max` bytes; more is an error).
-pub(crate) fn read_small(dir: BorrowedFd<'_>, name: &str, max: usize) -> std::io::Result<Vec<u8>> {
-    let fd = rustix::fs::openat(
+/// Opens cloakfs's own file `name` inside `dir` for reading (never through a symlink).
+pub(crate) fn open_internal(dir: BorrowedFd<'_>, name: &str) -> rustix::io::Result<OwnedFd> {
+    rustix::fs::openat(
         dir,
         name,
         OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
-    )?;
-    read_fd_small(fd, max)
+    )
+}
+
+/// Reads a small file `name` inside `dir` (at most `max` bytes; more is an error).
+pub(crate) fn read_small(dir: BorrowedFd<'_>, name: &str, max: usize) -> std::io::Result<Vec<u8>> {
+    read_fd_small(open_internal(dir, name)?, max)
 }
 
 /// Reads all of open file `fd`, failing with EFBIG if it holds more than `max` bytes.
