@@ -393,7 +393,9 @@ fn passphrase_auth_replay_timeout_sleep_and_revoke() {
     let pass = Passphrase::new(b"correct horse".to_vec());
     let method = cloakfs_daemon::auth::passphrase_method(&pass, &KDF).unwrap();
     let mut g = grant("proj", Entity::User(uid), &["read"], method);
-    g.session_ttl = Some(1);
+    // Deadlines count whole seconds, so a TTL of N lasts more than N - 1 s: 3 leaves the
+    // steps between an authentication and the checks that rely on it 2 s on a loaded host.
+    g.session_ttl = Some(3);
     g.on_timeout = OnTimeout::SleepAll;
     let authz = add_authz(&env, g);
     assert_eq!(authz, 2);
@@ -479,7 +481,7 @@ fn passphrase_auth_replay_timeout_sleep_and_revoke() {
         Verdict::Deny
     );
 
-    // The session times out (ttl 1 s, real timer): a request then sleeps until the user
+    // The session times out (ttl 3 s, real timer): a request then sleeps until the user
     // authenticates again.
     wait_until("the session to time out", || {
         status_sessions(&env)
