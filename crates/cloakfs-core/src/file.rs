@@ -3,10 +3,9 @@
 //! [`ContentFile`] owns the backing file descriptor and the file's cipher, and serializes
 //! writers against readers with a read-write lock, so any number of threads may share it.
 //! Writes that cover whole blocks skip read-modify-write; large requests are sealed and opened
-//! on all cores. Before a write grows the backing file, the new space is reserved with
-//! `fallocate(FALLOC_FL_KEEP_SIZE)`, so a full disk fails the write before any existing block is
-//! touched. Streams start reaching the disk while they are written, and leave no ciphertext in
-//! the backing file's page cache (see `stream`).
+//! on all cores. A write that fails (a full disk) leaves the plaintext as it was: see
+//! [`ContentFile::write_at`]. Streams start reaching the disk while they are written, and leave
+//! no ciphertext in the backing file's page cache (see `stream`).
 
 use crate::content::{ContentCodec, FileCipher, FileHeader, FileId, FreshNonce};
 use crate::error::{Error, Result};
@@ -29,6 +28,13 @@ thread_local! {
     static PLAIN: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
+/// The end of a file before a write at or past it: the plaintext size and, if the last block
+/// is partial, its sealed bytes and their offset.
+struct OldEnd {
+    size: u64,
+    partial: Option<(u64, Vec<u8>)>,
+}
+
 struct State {
     /// Large writes since the last finished batch (see `stream`).
     written: Batches,
@@ -37,6 +43,9 @@ struct State {
     loaded: bool,
     cipher: Option<FileCipher>,
     size: u64,
+    /// Whether the backing file may have holes, which a write inside the file fills and so
+    /// needs new space for (see `write_at`).
+    holes: bool,
 }
 
 /// One backing file seen as plaintext.
@@ -64,12 +73,14 @@ impl ContentFile {
     /// Wraps an open backing file (opened read-write for writing). The header is read on
     /// first use.
     pub fn open(codec: Arc<ContentCodec>, file: File) -> Result<Self> {
-        let len = file.metadata()?.len();
+        let meta = file.metadata()?;
+        let len = meta.len();
         let state = State {
             written: Batches::default(),
             loaded: len == 0,
             cipher: None,
             size: codec.layout().plain_size_lenient(len),
+            holes: may_have_holes(&meta),
         };
         Ok(Self {
             codec,
@@ -147,8 +158,9 @@ impl ContentFile {
     /// Re-reads the size from the backing file (after it changed behind our back).
     pub fn refresh_size(&self) -> Result<u64> {
         let mut st = self.write_state();
-        let len = self.file.metadata()?.len();
-        st.size = self.layout().plain_size_lenient(len);
+        let meta = self.file.metadata()?;
+        st.size = self.layout().plain_size_lenient(meta.len());
+        st.holes = may_have_holes(&meta);
         Ok(st.size)
     }
 
@@ -204,17 +216,83 @@ impl ContentFile {
     }
 
     /// Writes `data` at plaintext offset `off` (filling any gap with a hole); returns its length.
+    ///
+    /// A failed write leaves the plaintext as it was: a write inside the file first reserves
+    /// the space it may need, and a write at or past the end, which can only change the old
+    /// partial last block, puts that block and the old length back. The latter spares a
+    /// growing file the reservation, which makes ext4 allocate at once instead of at writeback.
     pub fn write_at(&self, off: u64, data: &[u8]) -> Result<usize> {
         if data.is_empty() {
             return Ok(0);
         }
         let mut st = self.loaded_state_mut()?;
-        let mut header = self.new_header(&mut st);
+        let end = if off >= st.size {
+            let old = self.old_end(&st)?;
+            self.write_locked(&mut st, off, data, false)
+                .inspect_err(|_| self.put_back(&mut st, old))?
+        } else {
+            self.write_locked(&mut st, off, data, true)?
+        };
+        let finished = st.written.add(end.0, end.1);
+        drop(st);
+        if let Some(batch) = finished {
+            batch.write_out(&self.file);
+        }
+        Ok(data.len())
+    }
+
+    /// What a write at or past the end may change, to put back if it fails.
+    fn old_end(&self, st: &State) -> Result<OldEnd> {
+        let layout = self.layout();
+        let bs = layout.block_size();
+        let partial = if st.size % bs != 0 {
+            let b = st.size / bs;
+            let c = layout.cipher_offset(b);
+            let mut sealed = vec![0u8; (layout.cipher_size(st.size) - c) as usize];
+            self.file.read_exact_at(&mut sealed, c)?;
+            Some((c, sealed))
+        } else {
+            None
+        };
+        Ok(OldEnd {
+            size: st.size,
+            partial,
+        })
+    }
+
+    /// Undoes a failed write at or past the end. Putting back the partial block rewrites
+    /// bytes that already have their space, and cutting the file needs none.
+    fn put_back(&self, st: &mut State, old: OldEnd) {
+        if let Some((c, sealed)) = old.partial {
+            if let Err(e) = self.file.write_all_at(&sealed, c) {
+                tracing::warn!("putting back a partial block after a failed write: {e}");
+            }
+        }
+        let len = match old.size {
+            0 => 0,
+            n => self.layout().cipher_size(n),
+        };
+        if let Err(e) = self.file.set_len(len) {
+            tracing::warn!("cutting a file back after a failed write: {e}");
+        }
+        st.size = old.size;
+    }
+
+    /// Seals and writes `data` at `off`; returns the backing range written. `reserve` asks
+    /// for the space to be reserved first.
+    fn write_locked(
+        &self,
+        st: &mut State,
+        off: u64,
+        data: &[u8],
+        reserve: bool,
+    ) -> Result<(u64, u64)> {
+        let mut header = self.new_header(st);
         if off > st.size {
             if let Some(h) = header.take() {
                 self.write_header(&h)?;
             }
-            self.extend(&mut st, off)?;
+            self.extend(st, off)?;
         }
         let layout = self.layout();
         let bs = layout.block_size();
@@ -280,22 +358,21 @@ impl ContentFile {
             } else {
                 direct.into_iter().for_each(seal);
             }
-            let from = if header.is_some() {
+            let old_end = if header.is_some() {
                 0
             } else {
                 layout.cipher_size(old_size)
             };
-            self.reserve(from, c_end)?;
-            self.file.write_all_at(buf, c_start - prefix as u64)?;
+            let at = c_start - prefix as u64;
+            if reserve {
+                // Overwritten blocks already have their space, unless they lie in a hole.
+                self.reserve(if st.holes { at } else { old_end }, c_end)?;
+            }
+            self.file.write_all_at(buf, at)?;
             Ok(())
         })?;
         st.size = new_size;
-        let finished = st.written.add(c_start - prefix as u64, c_end);
-        drop(st);
-        if let Some(batch) = finished {
-            batch.write_out(&self.file);
-        }
-        Ok(data.len())
+        Ok((c_start - prefix as u64, c_end))
     }
 
     /// Sets the plaintext size: shrinking re-seals a new partial last block, growing leaves a
@@ -310,6 +387,7 @@ impl ContentFile {
             self.file.set_len(0)?;
             st.cipher = None;
             st.size = 0;
+            st.holes = false;
             st.loaded = true;
             return Ok(());
         }
@@ -361,7 +439,8 @@ impl ContentFile {
         if tail_start < end {
             self.write_zeros(tail_start, end - tail_start)?;
         }
-        let _st = self.write_state();
+        let mut st = self.write_state();
+        st.holes = true;
         let c0 = layout.cipher_offset(first_full);
         let c1 = layout.cipher_offset(last_full);
         fallocate(
@@ -403,7 +482,14 @@ impl ContentFile {
         let c1 = layout.cipher_offset(span.first + span.count);
         match fallocate(&self.file, libc::FALLOC_FL_KEEP_SIZE, c0, c1 - c0) {
             Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => Ok(()),
-            r => Ok(r?),
+            Err(e) => Err(e.into()),
+            Ok(()) => {
+                // The range growing the file made holes of is now allocated: writes to the
+                // file no longer need reserving, unless holes remain elsewhere.
+                let mut st = self.write_state();
+                st.holes = may_have_holes(&self.file.metadata()?);
+                Ok(())
+            }
         }
     }
 
@@ -507,6 +593,7 @@ impl ContentFile {
                     b += n;
                 }
             } else {
+                st.holes = true;
                 let last = (new_size - 1) / bs;
                 let tail = layout.block_len(last, new_size) as usize;
                 if tail < bs as usize {
@@ -615,6 +702,14 @@ fn open_blocks(
     }
 }
 
+/// Whether a backing file may have holes: it occupies fewer 512-byte units than its length
+/// needs. Delayed allocation counts as occupied (ext4 includes it in `st_blocks`); a
+/// compressing file system can make this true without holes, which only costs reservations.
+fn may_have_holes(meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    meta.blocks().saturating_mul(512) < meta.len()
+}
+
 fn fallocate(file: &File, mode: i32, off: u64, len: u64) -> std::io::Result<()> {
     // SAFETY: fallocate on a valid, owned file descriptor with plain integer arguments.
     let r = unsafe { libc::fallocate(file.as_raw_fd(), mode, off as i64, len as i64) };
@@ -696,6 +791,77 @@ mod tests {
             let g = ContentFile::open(codec(false), clone(&t)).unwrap();
             assert_eq!(read_all(&g), b"new");
             drop(f);
+        }
+    }
+
+    /// A 1 MiB tmpfs, unmounted on drop; `None` when not root (mount(2) needs it).
+    struct SmallDisk(tempfile::TempDir);
+
+    impl SmallDisk {
+        fn mount() -> Option<Self> {
+            let d = tempfile::tempdir().unwrap();
+            let ok = std::process::Command::new("mount")
+                .args(["-t", "tmpfs", "-o", "size=1m", "cloakfs-test"])
+                .arg(d.path())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            ok.then(|| Self(d))
+        }
+
+        /// Fills the disk but for about `room` bytes.
+        fn fill(&self, room: u64) {
+            let mut f = File::create(self.0.path().join("filler")).unwrap();
+            while std::io::Write::write_all(&mut f, &[1u8; 16 * 1024]).is_ok() {}
+            f.set_len(f.metadata().unwrap().len().saturating_sub(room))
+                .unwrap();
+        }
+    }
+
+    impl Drop for SmallDisk {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg(self.0.path())
+                .status();
+        }
+    }
+
+    #[test]
+    fn a_write_that_runs_out_of_space_leaves_the_plaintext_as_it_was() {
+        let Some(disk) = SmallDisk::mount() else {
+            eprintln!("skipped: cannot mount a tmpfs (needs root)");
+            return;
+        };
+        let path = disk.0.path().join("f");
+        let open = || {
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .unwrap();
+            ContentFile::open(codec(false), f).unwrap()
+        };
+        let f = open();
+        // 50 blocks and a partial one, then a hole of 40 blocks and a partial last block.
+        let mut want: Vec<u8> = (0..205_000u32).map(|i| (i % 251) as u8).collect();
+        f.write_at(0, &want).unwrap();
+        want.resize(400_000, 0);
+        f.write_at(399_999, &[0]).unwrap();
+        disk.fill(64 * 1024);
+        let no_space = |r: Result<usize>| match r {
+            Err(Error::Io(e)) => assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}"),
+            r => panic!("expected ENOSPC: {r:?}"),
+        };
+        // Into the hole (space is reserved first), past the end from the partial last block
+        // (which is put back), and past the end after a gap (cut back).
+        no_space(f.write_at(210_000, &[0xCD; 150_000]));
+        no_space(f.write_at(400_000, &[0xCD; 300_000]));
+        no_space(f.write_at(500_000, &[0xCD; 300_000]));
+        for g in [&f, &open()] {
+            assert_eq!(g.size(), want.len() as u64);
+            assert_eq!(read_all(g), want);
         }
     }
 
