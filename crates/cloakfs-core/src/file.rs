@@ -249,7 +249,7 @@ impl ContentFile {
             let b = st.size / bs;
             let c = layout.cipher_offset(b);
             let mut sealed = vec![0u8; (layout.cipher_size(st.size) - c) as usize];
-            self.file.read_exact_at(&mut sealed, c)?;
+            self.read_sealed(b, &mut sealed, c)?;
             Some((c, sealed))
         } else {
             None
@@ -616,16 +616,19 @@ impl ContentFile {
     fn read_block(&self, cipher: &FileCipher, b: u64, len: usize, out: &mut [u8]) -> Result<()> {
         let layout = self.layout();
         let mut sealed = vec![0u8; len + layout.overhead() as usize];
-        self.file
-            .read_exact_at(&mut sealed, layout.cipher_offset(b))
-            .map_err(|e| {
-                if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                    tampered(format!("block {b} truncated"))
-                } else {
-                    e.into()
-                }
-            })?;
+        self.read_sealed(b, &mut sealed, layout.cipher_offset(b))?;
         cipher.open(b, &sealed, &mut out[..len])
+    }
+
+    /// Reads the sealed bytes of block `b` at backing offset `at`; a short file is tampering.
+    fn read_sealed(&self, b: u64, sealed: &mut [u8], at: u64) -> Result<()> {
+        self.file.read_exact_at(sealed, at).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                tampered(format!("block {b} truncated"))
+            } else {
+                e.into()
+            }
+        })
     }
 
     /// Reserves `[from, to)` of the backing file before writing past its end.
