@@ -293,11 +293,7 @@ mod tests {
         );
 
         // Flip a byte in block 5: only block 5 fails, its bytes are zero.
-        let raw = std::fs::OpenOptions::new()
-            .write(true)
-            .open(t.path())
-            .unwrap();
-        raw.write_all_at(&[0x55], 18 + 5 * 4124 + 100).unwrap();
+        crate::file::tests::flip_byte(t.path(), 18 + 5 * 4124 + 100);
         let r = BlockReader::open(&codec(false), File::open(t.path()).unwrap()).unwrap();
         let (all, states) = read_all(&r);
         assert_eq!(states[5], BlockState::Failed);

@@ -724,7 +724,7 @@ fn fallocate(file: &File, mode: i32, off: u64, len: u64) -> std::io::Result<()> 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::content::ContentSuite;
     use crate::secret::SecretBytes;
@@ -893,15 +893,24 @@ mod tests {
         }
     }
 
+    /// Inverts one byte of a file (writing a fixed value would leave a byte that already
+    /// had it unchanged).
+    pub(crate) fn flip_byte(path: &std::path::Path, off: u64) {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .unwrap();
+        let mut b = [0u8];
+        f.read_exact_at(&mut b, off).unwrap();
+        f.write_all_at(&[!b[0]], off).unwrap();
+    }
+
     #[test]
     fn tamper_is_detected() {
         let (f, t) = new_file(false);
         f.write_at(0, &[7u8; 9000]).unwrap();
-        let raw = std::fs::OpenOptions::new()
-            .write(true)
-            .open(t.path())
-            .unwrap();
-        raw.write_all_at(&[0xff], 18 + 4124 + 40).unwrap();
+        flip_byte(t.path(), 18 + 4124 + 40);
         let mut buf = vec![0u8; 9000];
         assert!(f.read_at(0, &mut buf).is_err());
         assert_eq!(f.read_at(0, &mut buf[..4096]).unwrap(), 4096);
