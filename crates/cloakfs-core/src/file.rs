@@ -268,11 +268,7 @@ impl ContentFile {
                 tracing::warn!("putting back a partial block after a failed write: {e}");
             }
         }
-        let len = match old.size {
-            0 => 0,
-            n => self.layout().cipher_size(n),
-        };
-        if let Err(e) = self.file.set_len(len) {
+        if let Err(e) = self.file.set_len(self.layout().cipher_size(old.size)) {
             tracing::warn!("cutting a file back after a failed write: {e}");
         }
         st.size = old.size;
@@ -358,11 +354,8 @@ impl ContentFile {
             } else {
                 direct.into_iter().for_each(seal);
             }
-            let old_end = if header.is_some() {
-                0
-            } else {
-                layout.cipher_size(old_size)
-            };
+            // 0 for a new file, whose header goes out with its blocks.
+            let old_end = layout.cipher_size(old_size);
             let at = c_start - prefix as u64;
             if reserve {
                 // Overwritten blocks already have their space, unless they lie in a hole.

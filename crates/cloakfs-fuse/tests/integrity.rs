@@ -363,8 +363,9 @@ fn full_disk_reports_enospc_and_keeps_written_data() {
     fs.remount();
     assert_eq!(fs::read(fs.p("keep")).unwrap(), keep);
 
-    // An append to a partial last block that runs out of space: its first write re-seals that
-    // block, so a failure after it must put the block back.
+    // An append to a partial last block that runs out of space keeps the old bytes. The kernel
+    // sends it page-aligned, so it starts inside the file and is reserved first; the core test
+    // `a_write_that_runs_out_of_space_leaves_the_plaintext_as_it_was` covers the put-back.
     let filler = tmp.path().join("small/filler");
     let mut fill = File::create(&filler).unwrap();
     while fill.write_all(&[0u8; 64 * 1024]).is_ok() {}
