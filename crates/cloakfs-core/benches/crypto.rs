@@ -8,10 +8,13 @@
 //! - `file_cipher/<suite>/{seal,open}_1MiB`: a 1 MiB run of 4 KiB blocks through
 //!   [`FileCipher`], single-threaded, as one write or read request seals or opens it (no I/O):
 //!   `seal` draws the 256 nonces in one OS call ([`FileCipher::fresh_nonces`]).
-//! - `content_file/<suite>/{write,read}_1MiB_{1core,<N>cores}`: one 1 MiB
-//!   [`ContentFile::write_at`] (whole blocks, no read-modify-write) or `read_at` on a file in
-//!   /dev/shm (tmpfs), i.e. the per-request cost of the core minus the disk, with rayon limited
-//!   to one thread and with the default pool (all cores).
+//! - `content_file/<suite>/{write,read}_1MiB`: one 1 MiB [`ContentFile::write_at`] (whole
+//!   blocks, no read-modify-write) or `read_at` on a file in /dev/shm (tmpfs), i.e. the cost of
+//!   the largest FUSE request in the core minus the disk (on the calling thread: below
+//!   [`PARALLEL_MIN_BLOCKS`]).
+//! - `content_file/<suite>/{write,read}_4MiB_{1core,<N>cores}`: the same for one 4 MiB call,
+//!   large enough to be spread over rayon's pool, with the pool limited to one thread and with
+//!   the default pool (all cores).
 //! - `names/{encrypt,decrypt}`: [`NameCodec`] on a 21-byte name, in names/s.
 //! - `aes256gcm_impl/{rustcrypto,ring,aws-lc-rs}/{seal,open}_4k`: the raw AEAD on a 4 KiB block
 //!   with a 24-byte AAD (the shape of a cloakfs block), to pick the implementation by measurement.
@@ -21,7 +24,7 @@
 //! Filter with a substring, e.g. `cargo bench -p cloakfs-core --bench crypto -- aes256gcm_impl`.
 
 use cloakfs_core::content::{ContentCodec, ContentSuite, FileId};
-use cloakfs_core::file::ContentFile;
+use cloakfs_core::file::{ContentFile, PARALLEL_MIN_BLOCKS};
 use cloakfs_core::names::{DirId, NameCodec, StoredName};
 use cloakfs_core::secret::SecretBytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -31,6 +34,9 @@ use std::time::Duration;
 
 const BLOCK: usize = 4096;
 const REQUEST: usize = 1 << 20;
+/// A call of this size goes to rayon's pool (4 KiB blocks).
+const LARGE_CALL: usize = 4 << 20;
+const _: () = assert!(LARGE_CALL as u64 / 4096 >= PARALLEL_MIN_BLOCKS);
 const KEY: [u8; 32] = [0x42; 32];
 const AAD: [u8; 24] = [0x24; 24];
 const NONCE12: [u8; 12] = [0x01; 12];
@@ -140,7 +146,8 @@ fn shm_file() -> (std::fs::File, tempfile::NamedTempFile) {
     (f, t)
 }
 
-/// 1 MiB `write_at` / `read_at` through `ContentFile` on tmpfs.
+/// `write_at` / `read_at` through `ContentFile` on tmpfs: a request's size, and a call large
+/// enough for rayon's pool.
 fn content_file(c: &mut Criterion) {
     let one = rayon::ThreadPoolBuilder::new()
         .num_threads(1)
@@ -158,13 +165,32 @@ fn content_file(c: &mut Criterion) {
         let mut buf = vec![0u8; REQUEST];
         assert_eq!(file.read_at(0, &mut buf).expect("read"), REQUEST);
         assert_eq!(buf, data);
+        g.bench_function(BenchmarkId::new(name, "write_1MiB"), |b| {
+            b.iter(|| file.write_at(0, black_box(&data)).expect("write"))
+        });
+        g.bench_function(BenchmarkId::new(name, "read_1MiB"), |b| {
+            b.iter(|| file.read_at(0, black_box(&mut buf)).expect("read"))
+        });
+    }
+    g.finish();
+
+    let mut g = c.benchmark_group("content_file");
+    g.throughput(Throughput::BytesDecimal(LARGE_CALL as u64));
+    for (suite, name) in SUITES {
+        let (f, _keep) = shm_file();
+        let file = ContentFile::open(codec(suite), f).expect("open backing file");
+        let data = pattern(LARGE_CALL);
+        file.write_at(0, &data).expect("initial write");
+        let mut buf = vec![0u8; LARGE_CALL];
+        assert_eq!(file.read_at(0, &mut buf).expect("read"), LARGE_CALL);
+        assert_eq!(buf, data);
         for (pool, threads) in [(&one, "1core".to_string()), (&all, format!("{cores}cores"))] {
             g.bench_function(
-                BenchmarkId::new(name, format!("write_1MiB_{threads}")),
+                BenchmarkId::new(name, format!("write_4MiB_{threads}")),
                 |b| b.iter(|| pool.install(|| file.write_at(0, black_box(&data)).expect("write"))),
             );
             g.bench_function(
-                BenchmarkId::new(name, format!("read_1MiB_{threads}")),
+                BenchmarkId::new(name, format!("read_4MiB_{threads}")),
                 |b| b.iter(|| pool.install(|| file.read_at(0, black_box(&mut buf)).expect("read"))),
             );
         }
