@@ -36,7 +36,7 @@ const BLOCK: usize = 4096;
 const REQUEST: usize = 1 << 20;
 /// A call of this size goes to rayon's pool (4 KiB blocks).
 const LARGE_CALL: usize = 4 << 20;
-const _: () = assert!(LARGE_CALL as u64 / 4096 >= PARALLEL_MIN_BLOCKS);
+const _: () = assert!((LARGE_CALL / BLOCK) as u64 >= PARALLEL_MIN_BLOCKS);
 const KEY: [u8; 32] = [0x42; 32];
 const AAD: [u8; 24] = [0x24; 24];
 const NONCE12: [u8; 12] = [0x01; 12];
@@ -146,6 +146,22 @@ fn shm_file() -> (std::fs::File, tempfile::NamedTempFile) {
     (f, t)
 }
 
+/// A `ContentFile` on tmpfs holding `len` bytes of `pattern`, checked by reading them back;
+/// the temporary file goes when the second value is dropped.
+fn written_file(
+    suite: ContentSuite,
+    len: usize,
+) -> (ContentFile, tempfile::NamedTempFile, Vec<u8>) {
+    let (f, keep) = shm_file();
+    let file = ContentFile::open(codec(suite), f).expect("open backing file");
+    let data = pattern(len);
+    file.write_at(0, &data).expect("initial write");
+    let mut back = vec![0u8; len];
+    assert_eq!(file.read_at(0, &mut back).expect("read"), len);
+    assert_eq!(back, data);
+    (file, keep, data)
+}
+
 /// `write_at` / `read_at` through `ContentFile` on tmpfs: a request's size, and a call large
 /// enough for rayon's pool.
 fn content_file(c: &mut Criterion) {
@@ -158,13 +174,8 @@ fn content_file(c: &mut Criterion) {
     let mut g = c.benchmark_group("content_file");
     g.throughput(Throughput::BytesDecimal(REQUEST as u64));
     for (suite, name) in SUITES {
-        let (f, _keep) = shm_file();
-        let file = ContentFile::open(codec(suite), f).expect("open backing file");
-        let data = pattern(REQUEST);
-        file.write_at(0, &data).expect("initial write");
+        let (file, _keep, data) = written_file(suite, REQUEST);
         let mut buf = vec![0u8; REQUEST];
-        assert_eq!(file.read_at(0, &mut buf).expect("read"), REQUEST);
-        assert_eq!(buf, data);
         g.bench_function(BenchmarkId::new(name, "write_1MiB"), |b| {
             b.iter(|| file.write_at(0, black_box(&data)).expect("write"))
         });
@@ -177,13 +188,8 @@ fn content_file(c: &mut Criterion) {
     let mut g = c.benchmark_group("content_file");
     g.throughput(Throughput::BytesDecimal(LARGE_CALL as u64));
     for (suite, name) in SUITES {
-        let (f, _keep) = shm_file();
-        let file = ContentFile::open(codec(suite), f).expect("open backing file");
-        let data = pattern(LARGE_CALL);
-        file.write_at(0, &data).expect("initial write");
+        let (file, _keep, data) = written_file(suite, LARGE_CALL);
         let mut buf = vec![0u8; LARGE_CALL];
-        assert_eq!(file.read_at(0, &mut buf).expect("read"), LARGE_CALL);
-        assert_eq!(buf, data);
         for (pool, threads) in [(&one, "1core".to_string()), (&all, format!("{cores}cores"))] {
             g.bench_function(
                 BenchmarkId::new(name, format!("write_4MiB_{threads}")),

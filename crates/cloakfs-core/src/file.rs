@@ -3,9 +3,10 @@
 //! [`ContentFile`] owns the backing file descriptor and the file's cipher, and serializes
 //! writers against readers with a read-write lock, so any number of threads may share it.
 //! Writes that cover whole blocks skip read-modify-write; very large calls are sealed and
-//! opened on all cores (see [`PARALLEL_MIN_BLOCKS`]). A write that fails (a full disk) leaves the plaintext as it was: see
-//! [`ContentFile::write_at`]. Streams start reaching the disk while they are written, and leave
-//! no ciphertext in the backing file's page cache (see `stream`).
+//! opened on all cores (see [`PARALLEL_MIN_BLOCKS`]). A write that fails (a full disk) leaves
+//! the plaintext as it was: see [`ContentFile::write_at`]. Streams start reaching the disk
+//! while they are written, and leave no ciphertext in the backing file's page cache (see
+//! `stream`).
 
 use crate::content::{ContentCodec, FileCipher, FileHeader, FileId, FreshNonce};
 use crate::error::{Error, Result};
@@ -22,8 +23,9 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 /// calling thread. FUSE requests (at most 1 MiB, 256 blocks of 4 KiB) stay below it: they
 /// come many at a time, on several worker threads, which keeps the cores busy already.
 /// Splitting each one across the pool as well (from 32 blocks, before) made the daemon spend
-/// 6-10% more CPU on a streamed 1 GiB write and 20% more on its cold read, on a 2-core VM
-/// with the same or longer times: the pool's threads spin between requests. One large call
+/// about 5-10% more CPU on a streamed 1 GiB write and 5-15% more on its cold read on a quiet
+/// 2-core VM, more on a busy one, with the same or longer times: the pool's threads spin
+/// between requests. One large call
 /// (the offline tools) still spreads over the cores.
 pub const PARALLEL_MIN_BLOCKS: u64 = 512;
 /// Most blocks sealed per write syscall when filling a strict volume's gaps with zeros.
@@ -785,7 +787,7 @@ pub(crate) mod tests {
         let mut whole = vec![0u8; n];
         assert_eq!(f.read_at(off, &mut whole).unwrap(), n);
         assert_eq!(whole, data);
-        assert_eq!(&read_all(&f)[..off as usize], &[0xA5; 1000][..]);
+        assert_eq!(read_all(&f)[..off as usize], vec![0xA5; off as usize]);
     }
 
     #[test]
