@@ -22,7 +22,12 @@ struct User {
     gid: u32,
 }
 
+/// The test user `name`, created on first use. Creation is serialized: concurrent useradds
+/// can lose each other's entries, and a test that read a uid meanwhile could get another
+/// user's (seen on a fresh machine: cfs-alice read as cfs-bob's uid).
 fn user(name: &'static str) -> User {
+    static SETUP: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _g = SETUP.lock().unwrap_or_else(|e| e.into_inner());
     let id = |flag: &str| -> Option<u32> {
         let o = Command::new("id").args([flag, name]).output().ok()?;
         String::from_utf8_lossy(&o.stdout).trim().parse().ok()
@@ -39,8 +44,7 @@ fn user(name: &'static str) -> User {
             ])
             .status()
             .unwrap();
-        // A parallel test may have made it first.
-        assert!(st.success() || id("-u").is_some(), "useradd {name} failed");
+        assert!(st.success(), "useradd {name} failed");
     }
     User {
         name,
