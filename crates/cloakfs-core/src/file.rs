@@ -225,16 +225,19 @@ impl ContentFile {
 
     /// Writes `data` at plaintext offset `off` (filling any gap with a hole); returns its length.
     ///
-    /// A failed write leaves the plaintext as it was: a write inside the file first reserves
-    /// the space it may need, and a write at or past the end, which can only change the old
-    /// partial last block, puts that block and the old length back. The latter spares a
-    /// growing file the reservation, which makes ext4 allocate at once instead of at writeback.
+    /// A failed write leaves the plaintext as it was: a write that starts before the old
+    /// partial last block first reserves the space it may need, and any other write, which
+    /// can only change that block, puts the block and the old length back. The latter spares
+    /// a growing file the reservation, which makes ext4 allocate at once instead of at
+    /// writeback; appends through the kernel's page cache start there (at the page holding
+    /// the old end), so they take this path too.
     pub fn write_at(&self, off: u64, data: &[u8]) -> Result<usize> {
         if data.is_empty() {
             return Ok(0);
         }
         let mut st = self.loaded_state_mut()?;
-        let end = if off >= st.size {
+        let bs = self.layout().block_size();
+        let end = if off >= st.size - st.size % bs {
             let old = self.old_end(&st)?;
             self.write_locked(&mut st, off, data, false)
                 .inspect_err(|_| self.put_back(&mut st, old))?
@@ -249,7 +252,7 @@ impl ContentFile {
         Ok(data.len())
     }
 
-    /// What a write at or past the end may change, to put back if it fails.
+    /// What a write from the partial last block on may change, to put back if it fails.
     fn old_end(&self, st: &State) -> Result<OldEnd> {
         let layout = self.layout();
         let bs = layout.block_size();
@@ -885,6 +888,9 @@ pub(crate) mod tests {
         no_space(f.write_at(210_000, &[0xCD; 150_000]));
         no_space(f.write_at(400_000, &[0xCD; 300_000]));
         no_space(f.write_at(500_000, &[0xCD; 300_000]));
+        // From inside the partial last block past the end, as a page-cache append writes.
+        let bs = f.layout().block_size();
+        no_space(f.write_at(399_999 / bs * bs + 1, &[0xCD; 300_000]));
         for g in [&f, &open()] {
             assert_eq!(g.size(), want.len() as u64);
             assert_eq!(read_all(g), want);
