@@ -8,26 +8,28 @@
 //!   XChaCha20-Poly1305: 24 bytes, draft-irtf-cfrg-xchacha);
 //! - an all-zero backing block is a hole (reads as zeros) unless the volume is strict.
 //!
-//! Implementations: AES-256-GCM is aws-lc-rs (`LessSafeKey`, AWS-LC's AES-NI/PCLMUL/VAES
-//! assembly), sealing out of place (`seal_out_of_place_scatter`) and opening out of place
-//! (`open_separate_gather`), so no block is copied; its output is byte-identical to RustCrypto's
-//! `aes-gcm`, which earlier builds used (checked by the docs/FORMAT.md vectors and by a unit
-//! test below). XChaCha20-Poly1305 stays on RustCrypto's `chacha20poly1305` (aws-lc-rs has no
-//! XChaCha). Nonces come straight from the OS RNG (getrandom(2)); a request that seals many
-//! blocks draws all their nonces in one call ([`FileCipher::fresh_nonces`]) instead of one
-//! syscall per block, which cost ~0.4 us per 4 KiB block, about a third of the AES-GCM time.
+//! Implementations: AES-256-GCM is ring's ([`crate::gcm`]), sealing in place after one copy
+//! of the plaintext into the output, and opening in place: [`FileCipher::open_within`] lets a
+//! read open its run of blocks inside the buffer it read them into. Its output is
+//! byte-identical to RustCrypto's `aes-gcm` (the docs/FORMAT.md vectors, and a unit test below),
+//! which the first builds used, and to aws-lc-rs, which the builds of 2026-11-22 to -23 used.
+//! XChaCha20-Poly1305 is RustCrypto's `chacha20poly1305`. Nonces come straight from the OS RNG
+//! (getrandom(2)); a request that seals many blocks draws all their nonces in one call
+//! ([`FileCipher::fresh_nonces`]) instead of one syscall per block, which cost ~0.4 us per
+//! 4 KiB block, about a third of the AES-GCM time.
 //!
 //! Measured with `cargo bench -p cloakfs-core --bench crypto` (`file_cipher/aes-256-gcm/*`, one
-//! core of the 2-core dev VM, 4 KiB blocks, decimal units): RustCrypto aes-gcm 0.10 gave
-//! seal 0.86 GB/s, open 0.88 GB/s per block and 0.78 / 0.91 GB/s over a 1 MiB run; aws-lc-rs
-//! 1.19 gives seal 3.7 GB/s per block with its own nonce syscall (5.7 GB/s with a fixed nonce),
-//! open 7.2 GB/s, and 6.2 / 7.1 GB/s over a 1 MiB run with batched nonces.
+//! core, 4 KiB blocks, decimal units). On the first dev VM (Xeon, AVX-512): RustCrypto aes-gcm
+//! 0.10 sealed at 0.86 GB/s and opened at 0.88 GB/s per block; aws-lc-rs 1.19 at 6.2 / 7.1 GB/s
+//! over a 1 MiB run. On the AMD EPYC dev VM (AVX2 with VAES, no AVX-512), with ring: seal 3.6-4.0
+//! and open 4.2-4.6 GB/s over a 1 MiB run, in the run where aws-lc-rs gave 2.0-2.2 for either
+//! on one block and ring 4.3 / 3.6 (`aes256gcm_impl`).
 
 use crate::error::{Error, Result};
+use crate::gcm::GcmKey;
 use crate::keys::{hkdf_expand_into, label};
 use crate::layout::{Layout, HEADER_LEN};
 use crate::secret::SecretBytes;
-use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
 use chacha20poly1305::aead::{AeadInPlace, KeyInit};
 use chacha20poly1305::XChaCha20Poly1305;
 use zeroize::Zeroizing;
@@ -189,10 +191,7 @@ impl ContentCodec {
                 &mut key[..],
             );
             match self.suite {
-                ContentSuite::Aes256Gcm => Aead::Gcm(LessSafeKey::new(
-                    UnboundKey::new(&AES_256_GCM, &key[..])
-                        .expect("a 32-byte key is a valid AES-256-GCM key"),
-                )),
+                ContentSuite::Aes256Gcm => Aead::Gcm(GcmKey::new(&key)),
                 ContentSuite::XChaCha20Poly1305 => {
                     Aead::XChaCha(Box::new(XChaCha20Poly1305::new((&*key).into())))
                 }
@@ -212,17 +211,9 @@ impl ContentCodec {
 /// The keyed AEAD of one file.
 ///
 /// Zeroization: `XChaCha20Poly1305` zeroizes its key on drop (chacha20poly1305 0.10's `Drop`
-/// impl). aws-lc-rs keys cannot be wiped from Rust, but dropping a `LessSafeKey` frees its
-/// `EVP_AEAD_CTX` (aws-lc-rs `src/ptr.rs`: `create_pointer!(EVP_AEAD_CTX, EVP_AEAD_CTX_free)`;
-/// the context was allocated with `OPENSSL_malloc` in `src/aead/aead_ctx.rs`), and AWS-LC's
-/// `EVP_AEAD_CTX_free` (`crypto/fipsmodule/cipher/aead.c`) calls `EVP_AEAD_CTX_cleanup` and then
-/// `OPENSSL_free`, which `OPENSSL_cleanse`s the whole allocation before freeing it
-/// (`crypto/mem.c`). The AES-GCM key schedule and GHASH key live inline in that allocation
-/// (`EVP_AEAD_CTX::state`, include/openssl/aead.h), so they are wiped on drop. (AES-GCM's own
-/// `cleanup` hook is empty; the wipe is `OPENSSL_free`'s. Checked in aws-lc-rs 1.19.0 /
-/// aws-lc-sys 0.47.0.)
+/// impl); [`GcmKey`] wipes its key schedule on drop.
 enum Aead {
-    Gcm(LessSafeKey),
+    Gcm(GcmKey),
     XChaCha(Box<XChaCha20Poly1305>),
 }
 
@@ -336,19 +327,13 @@ impl FileCipher {
         let aad = self.aad(block);
         out[..n].copy_from_slice(nonce);
         let (body, tag_out) = out[n..].split_at_mut(plain.len());
+        body.copy_from_slice(plain);
         match &self.aead {
-            Aead::Gcm(c) => c
-                .seal_out_of_place_scatter(
-                    Nonce::try_assume_unique_for_key(nonce).expect("12-byte nonce"),
-                    Aad::from(aad),
-                    plain,
-                    body,
-                    &[],
-                    tag_out,
-                )
-                .expect("block sizes are far below the AEAD length limits"),
+            Aead::Gcm(c) => {
+                let nonce = nonce.try_into().expect("12-byte nonce");
+                tag_out.copy_from_slice(&c.seal_in_place(nonce, &aad, body));
+            }
             Aead::XChaCha(c) => {
-                body.copy_from_slice(plain);
                 let tag = c
                     .encrypt_in_place_detached(nonce.into(), &aad, body)
                     .expect("block sizes are far below the AEAD length limits");
@@ -365,37 +350,82 @@ impl FileCipher {
         if sealed.len() <= n + TAG_LEN || out.len() != sealed.len() - n - TAG_LEN {
             return Err(Error::Tampered(format!("block {block} truncated")));
         }
-        if sealed[..n].iter().all(|&b| b == 0) && sealed.iter().all(|&b| b == 0) {
-            if self.strict_holes || sealed.len() != self.full_block {
-                return Err(Error::Tampered(format!(
-                    "block {block} is all zeros (not a hole here)"
-                )));
-            }
+        if self.is_hole(block, sealed)? {
             out.fill(0);
             return Ok(());
         }
-        let (nonce, rest) = sealed.split_at(n);
-        let (body, tag) = rest.split_at(rest.len() - TAG_LEN);
+        out.copy_from_slice(&sealed[n..n + out.len()]);
+        self.decrypt(block, &sealed[..n], &sealed[n + out.len()..], out, 0)
+    }
+
+    /// Opens sealed block `block`, held in `in_out[src..]`, into `in_out[..len]` and returns
+    /// `len` (its plaintext length), without a second buffer: a read can open the blocks of a
+    /// run in order, each moving left over the sealed bytes of the ones before it. Holes as in
+    /// [`FileCipher::open`].
+    pub fn open_within(&self, block: u64, in_out: &mut [u8], src: usize) -> Result<usize> {
+        let n = self.nonce_len;
+        let sealed = in_out.get(src..).unwrap_or_default();
+        if sealed.len() <= n + TAG_LEN {
+            return Err(Error::Tampered(format!("block {block} truncated")));
+        }
+        let len = sealed.len() - n - TAG_LEN;
+        if self.is_hole(block, sealed)? {
+            in_out[..len].fill(0);
+            return Ok(len);
+        }
+        // Copied out: the plaintext will overwrite them.
+        let mut nonce = [0u8; MAX_NONCE_LEN];
+        nonce[..n].copy_from_slice(&sealed[..n]);
+        let tag: [u8; TAG_LEN] = sealed[n + len..].try_into().expect("tag length");
+        let in_out = &mut in_out[..src + n + len];
+        self.decrypt(block, &nonce[..n], &tag, in_out, src + n)?;
+        Ok(len)
+    }
+
+    /// Whether `sealed` (at least one byte past nonce and tag) is a hole: all zeros, allowed
+    /// only for a full block of a volume that is not strict.
+    fn is_hole(&self, block: u64, sealed: &[u8]) -> Result<bool> {
+        let n = self.nonce_len;
+        if !(sealed[..n].iter().all(|&b| b == 0) && sealed.iter().all(|&b| b == 0)) {
+            return Ok(false);
+        }
+        if self.strict_holes || sealed.len() != self.full_block {
+            return Err(Error::Tampered(format!(
+                "block {block} is all zeros (not a hole here)"
+            )));
+        }
+        Ok(true)
+    }
+
+    /// Decrypts the ciphertext `in_out[src..]` of block `block` into `in_out[..]` (moved left
+    /// by `src`).
+    fn decrypt(
+        &self,
+        block: u64,
+        nonce: &[u8],
+        tag: &[u8],
+        in_out: &mut [u8],
+        src: usize,
+    ) -> Result<()> {
         let aad = self.aad(block);
+        let len = in_out.len() - src;
         let ok = match &self.aead {
-            Aead::Gcm(c) => c
-                .open_separate_gather(
-                    Nonce::try_assume_unique_for_key(nonce).expect("12-byte nonce"),
-                    Aad::from(aad),
-                    body,
-                    tag,
-                    out,
-                )
-                .map_err(drop),
+            Aead::Gcm(c) => c.open_within(
+                nonce.try_into().expect("12-byte nonce"),
+                &aad,
+                tag.try_into().expect("16-byte tag"),
+                in_out,
+                src,
+            ),
             Aead::XChaCha(c) => {
-                out.copy_from_slice(body);
-                c.decrypt_in_place_detached(nonce.into(), &aad, out, tag.into())
+                in_out.copy_within(src.., 0);
+                c.decrypt_in_place_detached(nonce.into(), &aad, &mut in_out[..len], tag.into())
                     .map_err(drop)
             }
         };
-        // On failure `out` may hold unauthenticated plaintext: never hand it out.
+        // On failure the output may hold unauthenticated plaintext: never hand it out.
         ok.map_err(|()| {
-            out.fill(0);
+            in_out[..len].fill(0);
             Error::Tampered(format!("block {block} failed authentication"))
         })
     }
@@ -408,6 +438,34 @@ mod tests {
 
     fn codec(suite: ContentSuite, strict: bool) -> ContentCodec {
         ContentCodec::new(suite, 4096, strict, SecretBytes::from_slice(&[7u8; 32]))
+    }
+
+    #[test]
+    fn open_within_moves_each_block_left_over_the_ones_before() {
+        for suite in [ContentSuite::Aes256Gcm, ContentSuite::XChaCha20Poly1305] {
+            let c = codec(suite, false).file_cipher(FileId([2; 16]));
+            let over = suite.overhead() as usize;
+            let cbs = 4096 + over;
+            // Three blocks: data, a hole, a short last block.
+            let mut run = vec![0u8; 2 * cbs + 10 + over];
+            c.seal(0, &[1u8; 4096], &mut run[..cbs]);
+            c.seal(2, &[3u8; 10], &mut run[2 * cbs..]);
+            let sealed = run.clone();
+            for i in 0..3 {
+                let end = ((i + 1) * cbs).min(run.len());
+                let len = c.open_within(i as u64, &mut run[i * 4096..end], i * over);
+                assert_eq!(len.unwrap(), if i == 2 { 10 } else { 4096 });
+            }
+            assert_eq!(run[..4096], [1u8; 4096]);
+            assert_eq!(run[4096..8192], [0u8; 4096]);
+            assert_eq!(run[8192..8202], [3u8; 10]);
+            // A flipped bit fails, and leaves zeros where the plaintext would be.
+            let mut bad = sealed[2 * cbs..].to_vec();
+            bad[over] ^= 1;
+            let mut in_out = [vec![0xEE; 7], bad].concat();
+            assert!(c.open_within(2, &mut in_out, 7).is_err());
+            assert_eq!(in_out[..10], [0u8; 10]);
+        }
     }
 
     #[test]
@@ -453,8 +511,8 @@ mod tests {
         }
     }
 
-    /// aws-lc-rs must give exactly the bytes of RustCrypto's aes-gcm (what earlier builds
-    /// wrote), both ways, and a failed open must not leak unauthenticated plaintext.
+    /// ring must give exactly the bytes of RustCrypto's aes-gcm (what earlier builds wrote),
+    /// both ways, and a failed open must not leak unauthenticated plaintext.
     #[test]
     fn aes_gcm_is_byte_identical_to_rustcrypto() {
         use aes_gcm::aead::{Aead as _, KeyInit as _, Payload};

@@ -15,6 +15,7 @@ use crate::stream::{self, Batches};
 use rayon::prelude::*;
 use std::cell::RefCell;
 use std::fs::File;
+use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -174,11 +175,22 @@ impl ContentFile {
 
     /// Reads up to `buf.len()` plaintext bytes at `off`; returns the count (0 at end of file).
     pub fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<usize> {
+        SEALED.with_borrow_mut(|sealed| {
+            let got = self.read_into(off, buf.len(), sealed)?;
+            buf[..got.len()].copy_from_slice(&sealed[got.clone()]);
+            Ok(got.len())
+        })
+    }
+
+    /// Reads up to `len` plaintext bytes at `off` into `buf` and returns where in `buf` they
+    /// are (an empty range at end of file). The sealed blocks holding them are read into `buf`
+    /// (resized to fit) and opened there: one buffer, and no copy of the plaintext.
+    pub fn read_into(&self, off: u64, len: usize, buf: &mut Vec<u8>) -> Result<Range<usize>> {
         let st = self.loaded_state()?;
-        if off >= st.size || buf.is_empty() {
-            return Ok(0);
+        if off >= st.size || len == 0 {
+            return Ok(0..0);
         }
-        let len = (buf.len() as u64).min(st.size - off) as usize;
+        let len = (len as u64).min(st.size - off) as usize;
         let cipher = st
             .cipher
             .as_ref()
@@ -189,25 +201,15 @@ impl ContentFile {
         let c_end = layout
             .cipher_offset(span.first + span.count)
             .min(layout.cipher_size(st.size));
-        SEALED.with_borrow_mut(|sealed| -> Result<()> {
-            sealed.resize((c_end - c_start) as usize, 0);
-            self.file.read_exact_at(sealed, c_start).map_err(|e| {
-                if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                    tampered("backing file shorter than its blocks".into())
-                } else {
-                    e.into()
-                }
-            })?;
-            open_blocks(
-                cipher,
-                layout,
-                st.size,
-                span.first,
-                off,
-                sealed,
-                &mut buf[..len],
-            )
+        buf.resize((c_end - c_start) as usize, 0);
+        self.file.read_exact_at(buf, c_start).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                tampered("backing file shorter than its blocks".into())
+            } else {
+                e.into()
+            }
         })?;
+        open_run(cipher, layout, span.first, buf)?;
         drop(st);
         // Small reads never count: they skip the lock that concurrent readers would share.
         if stream::is_stream_request(c_start, c_end) {
@@ -220,7 +222,8 @@ impl ContentFile {
                 batch.evict_before(&self.file);
             }
         }
-        Ok(len)
+        let start = (off - layout.plain_offset(span.first)) as usize;
+        Ok(start..start + len)
     }
 
     /// Writes `data` at plaintext offset `off` (filling any gap with a hole); returns its length.
@@ -655,58 +658,33 @@ impl ContentFile {
     }
 }
 
-/// Opens the sealed blocks starting at block `first` into `buf`, which receives plaintext
-/// bytes starting at offset `off` of a file of `size` bytes.
-fn open_blocks(
-    cipher: &FileCipher,
-    layout: Layout,
-    size: u64,
-    first: u64,
-    off: u64,
-    sealed: &[u8],
-    buf: &mut [u8],
-) -> Result<()> {
-    let bs = layout.block_size();
+/// Opens, in place, the run of sealed blocks in `buf` that starts with block `first` (all
+/// of full size but the last): block `first + i`'s plaintext ends at `i * block_size`.
+fn open_run(cipher: &FileCipher, layout: Layout, first: u64, buf: &mut [u8]) -> Result<()> {
+    let bs = layout.block_size() as usize;
     let cbs = layout.cipher_block_size() as usize;
-    let overhead = layout.overhead() as usize;
-    // Split `buf` and `sealed` into per-block jobs.
-    let mut jobs: Vec<(u64, &[u8], usize, &mut [u8])> = Vec::new();
-    let mut rest: &mut [u8] = buf;
-    let mut pos = off;
-    let mut b = first;
-    while !rest.is_empty() {
-        let b_off = layout.plain_offset(b);
-        let in_block = (pos - b_off) as usize;
-        let blen = layout.block_len(b, size) as usize;
-        let take = (blen - in_block).min(rest.len());
-        let (dst, tail) = std::mem::take(&mut rest).split_at_mut(take);
-        rest = tail;
-        let s0 = (b - first) as usize * cbs;
-        let s1 = (s0 + blen + overhead).min(sealed.len());
-        jobs.push((b, &sealed[s0..s1], in_block, dst));
-        pos += take as u64;
-        b += 1;
-        debug_assert!(pos <= b * bs || rest.is_empty());
-    }
-    let run = |(b, s, in_block, dst): (u64, &[u8], usize, &mut [u8])| -> Result<()> {
-        let blen = s.len().saturating_sub(overhead);
-        if in_block == 0 && dst.len() == blen {
-            cipher.open(b, s, dst)
-        } else {
-            PLAIN.with_borrow_mut(|plain| {
-                plain.resize(blen, 0);
-                cipher.open(b, s, plain)?;
-                let n = dst.len();
-                dst.copy_from_slice(&plain[in_block..in_block + n]);
-                Ok(())
-            })
+    let count = buf.len().div_ceil(cbs);
+    if count as u64 >= PARALLEL_MIN_BLOCKS {
+        // Each block opens within its own sealed bytes on the pool; then they close up.
+        buf.par_chunks_mut(cbs)
+            .enumerate()
+            .try_for_each(|(i, sealed)| {
+                cipher.open_within(first + i as u64, sealed, 0).map(drop)
+            })?;
+        let overhead = layout.overhead() as usize;
+        for i in 1..count {
+            let s = i * cbs;
+            let len = (buf.len() - s).min(cbs) - overhead;
+            buf.copy_within(s..s + len, i * bs);
         }
-    };
-    if jobs.len() as u64 >= PARALLEL_MIN_BLOCKS {
-        jobs.into_par_iter().try_for_each(run)
     } else {
-        jobs.into_iter().try_for_each(run)
+        // In order: each block's plaintext lands over the sealed bytes of blocks already open.
+        for i in 0..count {
+            let end = ((i + 1) * cbs).min(buf.len());
+            cipher.open_within(first + i as u64, &mut buf[i * bs..end], i * (cbs - bs))?;
+        }
     }
+    Ok(())
 }
 
 /// Whether a backing file may have holes: it occupies fewer 512-byte units than its length
@@ -791,6 +769,26 @@ pub(crate) mod tests {
         assert_eq!(f.read_at(off, &mut whole).unwrap(), n);
         assert_eq!(whole, data);
         assert_eq!(read_all(&f)[..off as usize], vec![0xA5; off as usize]);
+    }
+
+    #[test]
+    fn reads_large_enough_for_the_pool_open_holes_and_offsets() {
+        let far = (PARALLEL_MIN_BLOCKS + 10) * 4096 + 5;
+        for strict in [false, true] {
+            let (f, _t) = new_file(strict);
+            f.write_at(0, b"start").unwrap();
+            f.write_at(far, b"end").unwrap();
+            let all = read_all(&f);
+            assert_eq!(all.len() as u64, far + 3);
+            assert_eq!(&all[..5], b"start");
+            assert!(all[5..far as usize].iter().all(|&b| b == 0));
+            assert_eq!(&all[far as usize..], b"end");
+            let mut buf = Vec::new();
+            let got = f.read_into(3, far as usize, &mut buf).unwrap();
+            assert_eq!(got.len() as u64, far);
+            assert_eq!(&buf[got.clone()][..2], b"rt");
+            assert_eq!(&buf[got][far as usize - 3..], b"end");
+        }
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod error;
 pub mod export;
 pub mod file;
 pub mod fsck;
+mod gcm;
 pub mod kdf;
 pub mod keys;
 pub mod layout;

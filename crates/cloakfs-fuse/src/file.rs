@@ -12,7 +12,8 @@ use std::cell::RefCell;
 use std::ffi::OsStr;
 
 thread_local! {
-    /// Reply buffer for reads, reused by every read on this worker thread.
+    /// A read's sealed blocks, opened in place and sent from there; reused by every read
+    /// on this worker thread.
     static READ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -255,13 +256,9 @@ impl CloakFs {
             Ok(i) => i,
             Err(e) => return reply.error(e),
         };
-        let size = size as usize;
         READ_BUF.with_borrow_mut(|buf| {
-            if buf.len() < size {
-                buf.resize(size, 0);
-            }
-            match self.with_file(&inode, false, |f| f.read_at(offset, &mut buf[..size])) {
-                Ok(n) => reply.data(&buf[..n]),
+            match self.with_file(&inode, false, |f| f.read_into(offset, size as usize, buf)) {
+                Ok(got) => reply.data(&buf[got]),
                 Err(e) => reply.error(e),
             }
         });
