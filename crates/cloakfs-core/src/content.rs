@@ -418,7 +418,9 @@ impl FileCipher {
                 src,
             ),
             Aead::XChaCha(c) => {
-                in_out.copy_within(src.., 0);
+                if src > 0 {
+                    in_out.copy_within(src.., 0);
+                }
                 c.decrypt_in_place_detached(nonce.into(), &aad, &mut in_out[..len], tag.into())
                     .map_err(drop)
             }
