@@ -8,7 +8,7 @@
 //!   XChaCha20-Poly1305: 24 bytes, draft-irtf-cfrg-xchacha);
 //! - an all-zero backing block is a hole (reads as zeros) unless the volume is strict.
 //!
-//! Implementations: AES-256-GCM is ring's ([`crate::gcm`]), sealing in place after one copy
+//! Implementations: AES-256-GCM is ring's (`gcm.rs`), sealing in place after one copy
 //! of the plaintext into the output, and opening in place: [`FileCipher::open_within`] lets a
 //! read open its run of blocks inside the buffer it read them into. Its output is
 //! byte-identical to RustCrypto's `aes-gcm` (the docs/FORMAT.md vectors, and a unit test below),

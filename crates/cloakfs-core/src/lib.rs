@@ -4,8 +4,9 @@
 //! - [`slots`]: key slots of every kind (passphrase, key file, recovery key, age/ssh
 //!   recipients, Shamir shares; PKCS#11 and GnuPG slots get their KEK in the CLI);
 //! - [`keys`], [`kdf`], [`secret`]: the key hierarchy and secret handling;
-//! - [`content`], [`layout`], [`file`]: file content encryption and plaintext I/O (with
-//!   `stream`: streams reach the disk while they come, and leave no ciphertext cached);
+//! - [`content`], [`layout`], [`file`](mod@file): file content encryption and plaintext I/O
+//!   (with `gcm`: the AES-256-GCM key; `stream`: streams reach the disk while they come, and
+//!   leave no ciphertext cached);
 //! - [`names`], [`meta`]: name, symlink and xattr encryption;
 //! - [`volume`], [`paths`]: an unlocked volume and offline path translation.
 //! - offline tools: [`walk`] (cipher-tree walker), [`translate`] (names both ways),
