@@ -101,9 +101,9 @@ impl CloakFs {
         Errno::EIO
     }
 
-    /// Remembers the ID just written into new directory `dfd`.
-    fn remember_dir_id(&self, dfd: BorrowedFd<'_>, id: DirId) {
-        if let Ok(st) = rustix::fs::statat(dfd, DIRID_FILE, AtFlags::SYMLINK_NOFOLLOW) {
+    /// Remembers the ID just written into a new directory's ID file `id_file`.
+    fn remember_dir_id(&self, id_file: BorrowedFd<'_>, id: DirId) {
+        if let Ok(st) = rustix::fs::fstat(id_file) {
             self.dir_ids.insert(&st, id);
         }
     }
@@ -293,7 +293,8 @@ impl CloakFs {
                 Mode::empty(),
             )
             .map_err(errno)?;
-            sys::write_new_durable(dfd.as_fd(), DIRID_FILE, &id.0, DIRID_MODE)
+            // Made durable after the reply, but before any rename, link or fsync (durable.rs).
+            let id_file = sys::write_new(dfd.as_fd(), DIRID_FILE, &id.0, DIRID_MODE, false)
                 .map_err(|e| sys::io_errno(&e))?;
             if let Some((uid, gid)) = owner {
                 chown(dfd.as_fd(), DIRID_FILE, uid, gid)?;
@@ -306,14 +307,15 @@ impl CloakFs {
                 rustix::fs::fchmod(&dfd, Mode::from_raw_mode((mode & 0o7777) | keep))
                     .map_err(errno)?;
             }
-            rustix::fs::fsync(&dfd).map_err(errno)?;
-            self.remember_dir_id(dfd.as_fd(), id);
+            self.remember_dir_id(id_file.as_fd(), id);
             let created = self.write_sidecar(pfd, stored)?;
             let moved = rename_noreplace(pfd, &tmp, stored.backing());
             if moved.is_err() && created {
                 self.remove_sidecar(pfd, stored);
             }
             moved?;
+            let dir = rustix::io::fcntl_dupfd_cloexec(&dfd, 0).map_err(errno)?;
+            self.syncer.push(vec![id_file, dir])?;
             Ok(dfd)
         })();
         match built {

@@ -169,6 +169,8 @@ impl CloakFs {
         flags: RenameFlags,
     ) -> Res<()> {
         self.writable()?;
+        // It may move old entries into a directory whose ID is not yet durable.
+        self.syncer.drain()?;
         if flags.contains(RenameFlags::RENAME_WHITEOUT) {
             return Err(Errno::EINVAL);
         }
@@ -232,6 +234,7 @@ impl CloakFs {
         newname: &OsStr,
     ) -> Res<FileAttr> {
         self.writable()?;
+        self.syncer.drain()?;
         let inode = self.node(ino)?;
         if inode.kind == Kind::Dir {
             return Err(Errno::EPERM);

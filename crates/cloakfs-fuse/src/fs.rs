@@ -4,6 +4,7 @@
 use crate::attr::{self, Meta};
 use crate::dir::DirHandle;
 use crate::dirids::DirIdCache;
+use crate::durable::Syncer;
 use crate::inode::{Inode, InodeTable, Kind};
 use crate::prune::Pruner;
 use crate::sys::{self, errno, NodeFd, Res};
@@ -47,6 +48,8 @@ pub(crate) struct CloakFs {
     pub(crate) pruner: Pruner,
     /// Whether nodes may be held open for reading (a local backing file system).
     local_opens: bool,
+    /// Makes new directory IDs durable off the request path.
+    pub(crate) syncer: Syncer,
 }
 
 impl CloakFs {
@@ -110,6 +113,7 @@ impl CloakFs {
             dir_ids: DirIdCache::default(),
             pruner: Pruner::for_fd_limit(notifier),
             local_opens,
+            syncer: Syncer::start()?,
         })
     }
 
@@ -364,6 +368,7 @@ impl CloakFs {
     /// the backing files (writes are synchronous), so nothing else is pending; making it
     /// durable (syncfs) is left to the caller.
     pub(crate) fn shutdown(&self) {
+        self.syncer.stop();
         tracing::debug!("directory ID files read: {}", self.dir_ids.reads());
         self.dirs.lock().unwrap_or_else(|e| e.into_inner()).clear();
         drop(self.inodes.drain());

@@ -23,6 +23,7 @@ mod attr;
 mod creds;
 mod dir;
 mod dirids;
+mod durable;
 mod entry;
 mod file;
 mod fs;

@@ -311,9 +311,10 @@ impl Filesystem for CloakFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let r = self
-            .node(ino)
-            .and_then(|inode| self.with_file(&inode, false, |f| f.sync(datasync)));
+        let r = self.syncer.drain().and_then(|()| {
+            let inode = self.node(ino)?;
+            self.with_file(&inode, false, |f| f.sync(datasync))
+        });
         reply_empty(reply, r);
     }
 
@@ -371,9 +372,10 @@ impl Filesystem for CloakFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let r = self
-            .node(ino)
-            .and_then(|inode| sys::sync_dir(inode.fd()).map_err(errno));
+        let r = self.syncer.drain().and_then(|()| {
+            let inode = self.node(ino)?;
+            sys::sync_dir(inode.fd()).map_err(errno)
+        });
         reply_empty(reply, r);
     }
 

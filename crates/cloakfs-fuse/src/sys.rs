@@ -209,6 +209,18 @@ pub(crate) fn write_new_durable(
     bytes: &[u8],
     mode: u32,
 ) -> std::io::Result<()> {
+    write_new(dir, name, bytes, mode, true).map(drop)
+}
+
+/// Creates file `name` in `dir` with `bytes` (failing if it exists), fsynced if `sync`, and
+/// returns its descriptor (open for writing, so that it can be fsynced later).
+pub(crate) fn write_new(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    bytes: &[u8],
+    mode: u32,
+    sync: bool,
+) -> std::io::Result<OwnedFd> {
     let fd = rustix::fs::openat(
         dir,
         name,
@@ -216,12 +228,16 @@ pub(crate) fn write_new_durable(
         Mode::from_raw_mode(mode),
     )?;
     let mut f = File::from(fd);
-    let written = f.write_all(bytes).and_then(|()| f.sync_all());
-    if written.is_err() {
+    let mut written = f.write_all(bytes);
+    if sync {
+        written = written.and_then(|()| f.sync_all());
+    }
+    if let Err(e) = written {
         // A partial file must not stay behind under a name that means something.
         let _ = rustix::fs::unlinkat(dir, name, AtFlags::empty());
+        return Err(e);
     }
-    written
+    Ok(f.into())
 }
 
 /// Syncs the directory behind `dir`.
