@@ -384,6 +384,42 @@ fn full_disk_surfaces_enospc_and_keeps_data() {
     guard.unmount();
 }
 
+/// A mount in the background (forked after the file system was built) syncs the IDs of new
+/// directories on its sync thread: more directories than its queue holds, then a rename of an
+/// older file into the last one and an fsync of that directory, which wait for the syncs.
+#[test]
+fn a_background_mount_syncs_new_directory_ids() {
+    let f = Fixture::new();
+    let m = f.mounted(&[]);
+    std::fs::write(f.mnt.join("old"), b"older data").unwrap();
+    let dirs: Vec<_> = (0..40).map(|i| f.mnt.join(format!("d{i}"))).collect();
+    for d in &dirs {
+        std::fs::create_dir(d).unwrap();
+    }
+    let last = dirs.last().unwrap();
+    std::fs::rename(f.mnt.join("old"), last.join("old")).unwrap();
+    std::fs::File::open(last).unwrap().sync_all().unwrap();
+    m.unmount();
+    let mut backing_dirs = 0;
+    for e in std::fs::read_dir(&f.cipher).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            let name = e.file_name();
+            assert!(
+                !name.to_string_lossy().starts_with("cloakfs."),
+                "{name:?} left"
+            );
+            let id = std::fs::read(e.path().join("cloakfs.dirid")).unwrap();
+            assert_eq!(id.len(), 16, "{name:?}");
+            backing_dirs += 1;
+        }
+    }
+    assert_eq!(backing_dirs, dirs.len());
+    let m = f.mounted(&[]);
+    assert_eq!(std::fs::read(last.join("old")).unwrap(), b"older data");
+    m.unmount();
+}
+
 /// SIGTERM to the daemon unmounts cleanly instead of leaving a dead mount behind.
 #[test]
 fn sigterm_unmounts_and_keeps_data() {

@@ -53,56 +53,76 @@ impl Shared {
     }
 }
 
+/// The sync thread, started by the first push: the file system is built before the daemon
+/// forks into the background (which would leave the thread behind) and before it blocks the
+/// signals that end a mount (which a thread started earlier would take, and die of).
+enum Worker {
+    Idle,
+    Running(SyncSender<Job>, JoinHandle<()>),
+    Stopped,
+}
+
 /// A thread that fsyncs queued descriptors in order, and the means to wait for it.
 pub(crate) struct Syncer {
     shared: Arc<Shared>,
-    queue: Mutex<Option<SyncSender<Job>>>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    worker: Mutex<Worker>,
 }
 
 impl Syncer {
-    /// Starts the sync thread.
-    pub(crate) fn start() -> std::io::Result<Self> {
-        let shared = Arc::new(Shared {
-            progress: Mutex::new(Progress::default()),
-            advanced: Condvar::new(),
-        });
+    pub(crate) fn new() -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                progress: Mutex::new(Progress::default()),
+                advanced: Condvar::new(),
+            }),
+            worker: Mutex::new(Worker::Idle),
+        }
+    }
+
+    fn spawn(&self) -> std::io::Result<Worker> {
         let (tx, rx) = sync_channel::<Job>(QUEUE_LEN);
-        let worker = shared.clone();
+        let shared = self.shared.clone();
         let thread = std::thread::Builder::new()
             .name("cloakfs-sync".into())
             .spawn(move || {
                 for job in rx {
                     let failed = fsync_in_order(&job).err();
                     drop(job);
-                    let mut p = worker.lock();
+                    let mut p = shared.lock();
                     p.done += 1;
                     if let Some(e) = failed {
                         tracing::error!("syncing a new directory's ID to the backing disk: {e}");
                         p.failed.get_or_insert(e);
                     }
-                    worker.advanced.notify_all();
+                    shared.advanced.notify_all();
                 }
             })?;
-        Ok(Self {
-            shared,
-            queue: Mutex::new(Some(tx)),
-            thread: Mutex::new(Some(thread)),
-        })
+        Ok(Worker::Running(tx, thread))
     }
 
-    /// Queues `fds` to be fsynced in order; syncs them here if the thread has stopped.
+    /// Queues `fds` to be fsynced in order; syncs them here if the thread has stopped or
+    /// cannot start.
     pub(crate) fn push(&self, fds: Job) -> Res<()> {
-        let sender = self.queue.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let sender = {
+            let mut w = self.worker.lock().unwrap_or_else(|e| e.into_inner());
+            if matches!(*w, Worker::Idle) {
+                match self.spawn() {
+                    Ok(started) => *w = started,
+                    Err(e) => tracing::warn!("cannot start the sync thread ({e}): syncing inline"),
+                }
+            }
+            match &*w {
+                Worker::Running(tx, _) => Some(tx.clone()),
+                Worker::Idle | Worker::Stopped => None,
+            }
+        };
         let Some(sender) = sender else {
             return fsync_in_order(&fds).map_err(errno);
         };
         self.shared.lock().queued += 1;
         if let Err(unsent) = sender.send(fds) {
             // The thread is gone (it only ends when the queue closes): sync here.
-            let mut p = self.shared.lock();
-            p.done += 1;
-            drop(p);
+            self.shared.lock().done += 1;
             return fsync_in_order(&unsent.0).map_err(errno);
         }
         Ok(())
@@ -128,9 +148,13 @@ impl Syncer {
 
     /// Syncs what is queued and stops the thread. Later pushes sync in the caller.
     pub(crate) fn stop(&self) {
-        drop(self.queue.lock().unwrap_or_else(|e| e.into_inner()).take());
-        if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            let _ = t.join();
+        let w = std::mem::replace(
+            &mut *self.worker.lock().unwrap_or_else(|e| e.into_inner()),
+            Worker::Stopped,
+        );
+        if let Worker::Running(tx, thread) = w {
+            drop(tx);
+            let _ = thread.join();
         }
     }
 }
@@ -155,7 +179,7 @@ mod tests {
     #[test]
     fn drain_returns_once_the_queued_syncs_are_done() {
         let dir = tempfile::tempdir().unwrap();
-        let s = Syncer::start().unwrap();
+        let s = Syncer::new();
         for i in 0..3 * QUEUE_LEN {
             s.push(vec![file_fd(&dir, &format!("f{i}"))]).unwrap();
         }
@@ -170,7 +194,7 @@ mod tests {
     #[test]
     fn a_failed_sync_is_reported_by_the_next_drain_only() {
         let dir = tempfile::tempdir().unwrap();
-        let s = Syncer::start().unwrap();
+        let s = Syncer::new();
         // fsync of a pipe fails (EINVAL): a stand-in for a disk error.
         let (r, w) = std::io::pipe().unwrap();
         s.push(vec![file_fd(&dir, "a"), r.into(), w.into()])
@@ -183,7 +207,7 @@ mod tests {
     #[test]
     fn after_stop_pushes_sync_in_the_caller() {
         let dir = tempfile::tempdir().unwrap();
-        let s = Syncer::start().unwrap();
+        let s = Syncer::new();
         s.push(vec![file_fd(&dir, "a")]).unwrap();
         s.stop();
         assert_eq!(s.shared.lock().done, 1, "stop syncs what was queued");

@@ -113,7 +113,7 @@ impl CloakFs {
             dir_ids: DirIdCache::default(),
             pruner: Pruner::for_fd_limit(notifier),
             local_opens,
-            syncer: Syncer::start()?,
+            syncer: Syncer::new(),
         })
     }
 
