@@ -3,8 +3,8 @@
 //! A directory's entries are named under its ID (`cloakfs.dirid`, docs/FORMAT.md 9.2), so an
 //! ID lost in a power cut makes every name in the directory unreadable. A new directory's ID
 //! file and the directory itself used to be fsynced before MKDIR replied: two cache flushes of
-//! the backing disk per directory, 0.6-0.7 ms each of an untar's 1,324 directories on the
-//! bench disk, where the rest of a MKDIR takes under 0.1 ms.
+//! the backing disk, which made a MKDIR of an untar take 0.69 ms on average on the bench disk,
+//! against 0.17 ms without them.
 //!
 //! [`Syncer`] moves those fsyncs to a thread of their own, and keeps the guarantee that matters:
 //! nothing that already existed comes to depend on an ID that is not yet durable. Every
