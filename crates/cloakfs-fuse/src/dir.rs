@@ -308,14 +308,18 @@ impl CloakFs {
                     .map_err(errno)?;
             }
             self.remember_dir_id(id_file.as_fd(), id);
+            // Nothing may fail once the directory has its name.
+            let sync_job = vec![
+                id_file,
+                rustix::io::fcntl_dupfd_cloexec(&dfd, 0).map_err(errno)?,
+            ];
             let created = self.write_sidecar(pfd, stored)?;
             let moved = rename_noreplace(pfd, &tmp, stored.backing());
             if moved.is_err() && created {
                 self.remove_sidecar(pfd, stored);
             }
             moved?;
-            let dir = rustix::io::fcntl_dupfd_cloexec(&dfd, 0).map_err(errno)?;
-            self.syncer.push(vec![id_file, dir])?;
+            self.syncer.push(sync_job);
             Ok(dfd)
         })();
         match built {

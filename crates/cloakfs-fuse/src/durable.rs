@@ -51,6 +51,17 @@ impl Shared {
     fn lock(&self) -> MutexGuard<'_, Progress> {
         self.progress.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// Counts one queued job done, `failed` if one of its fsyncs did.
+    fn finish(&self, failed: Option<rustix::io::Errno>) {
+        let mut p = self.lock();
+        p.done += 1;
+        if let Some(e) = failed {
+            tracing::error!("syncing a new directory's ID to the backing disk: {e}");
+            p.failed.get_or_insert(e);
+        }
+        self.advanced.notify_all();
+    }
 }
 
 /// The sync thread, started by the first push: the file system is built before the daemon
@@ -88,21 +99,16 @@ impl Syncer {
                 for job in rx {
                     let failed = fsync_in_order(&job).err();
                     drop(job);
-                    let mut p = shared.lock();
-                    p.done += 1;
-                    if let Some(e) = failed {
-                        tracing::error!("syncing a new directory's ID to the backing disk: {e}");
-                        p.failed.get_or_insert(e);
-                    }
-                    shared.advanced.notify_all();
+                    shared.finish(failed);
                 }
             })?;
         Ok(Worker::Running(tx, thread))
     }
 
     /// Queues `fds` to be fsynced in order; syncs them here if the thread has stopped or
-    /// cannot start.
-    pub(crate) fn push(&self, fds: Job) -> Res<()> {
+    /// cannot start. Either way a failure is reported by the next drain: the caller has
+    /// already put the directory in place.
+    pub(crate) fn push(&self, fds: Job) {
         let sender = {
             let mut w = self.worker.lock().unwrap_or_else(|e| e.into_inner());
             if matches!(*w, Worker::Idle) {
@@ -116,16 +122,18 @@ impl Syncer {
                 Worker::Idle | Worker::Stopped => None,
             }
         };
-        let Some(sender) = sender else {
-            return fsync_in_order(&fds).map_err(errno);
-        };
         self.shared.lock().queued += 1;
-        if let Err(unsent) = sender.send(fds) {
-            // The thread is gone (it only ends when the queue closes): sync here.
-            self.shared.lock().done += 1;
-            return fsync_in_order(&unsent.0).map_err(errno);
-        }
-        Ok(())
+        let unsent = match sender {
+            // The thread only ends when the queue closes: if it is gone, sync here.
+            Some(tx) => match tx.send(fds) {
+                Ok(()) => return,
+                Err(unsent) => unsent.0,
+            },
+            None => fds,
+        };
+        let failed = fsync_in_order(&unsent).err();
+        drop(unsent);
+        self.shared.finish(failed);
     }
 
     /// Waits until everything queued before this call is synced. Reports (once) the first
@@ -181,7 +189,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let s = Syncer::new();
         for i in 0..3 * QUEUE_LEN {
-            s.push(vec![file_fd(&dir, &format!("f{i}"))]).unwrap();
+            s.push(vec![file_fd(&dir, &format!("f{i}"))]);
         }
         s.drain().unwrap();
         let p = s.shared.lock();
@@ -197,9 +205,8 @@ mod tests {
         let s = Syncer::new();
         // fsync of a pipe fails (EINVAL): a stand-in for a disk error.
         let (r, w) = std::io::pipe().unwrap();
-        s.push(vec![file_fd(&dir, "a"), r.into(), w.into()])
-            .unwrap();
-        s.push(vec![file_fd(&dir, "b")]).unwrap();
+        s.push(vec![file_fd(&dir, "a"), r.into(), w.into()]);
+        s.push(vec![file_fd(&dir, "b")]);
         assert_eq!(s.drain(), Err(fuser::Errno::EINVAL));
         assert_eq!(s.drain(), Ok(()));
     }
@@ -208,11 +215,13 @@ mod tests {
     fn after_stop_pushes_sync_in_the_caller() {
         let dir = tempfile::tempdir().unwrap();
         let s = Syncer::new();
-        s.push(vec![file_fd(&dir, "a")]).unwrap();
+        s.push(vec![file_fd(&dir, "a")]);
         s.stop();
         assert_eq!(s.shared.lock().done, 1, "stop syncs what was queued");
         let (r, _w) = std::io::pipe().unwrap();
-        assert_eq!(s.push(vec![r.into()]), Err(fuser::Errno::EINVAL));
+        s.push(vec![r.into()]);
+        assert_eq!(s.shared.lock().done, 2, "synced in the caller");
+        assert_eq!(s.drain(), Err(fuser::Errno::EINVAL));
         s.drain().unwrap();
     }
 }
