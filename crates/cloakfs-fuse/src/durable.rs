@@ -106,16 +106,18 @@ impl Syncer {
     }
 
     /// Queues `fds` to be fsynced in order; syncs them here if the thread has stopped or
-    /// cannot start. Either way a failure is reported by the next drain: the caller has
+    /// could not start. Either way a failure is reported by the next drain: the caller has
     /// already put the directory in place.
     pub(crate) fn push(&self, fds: Job) {
         let sender = {
             let mut w = self.worker.lock().unwrap_or_else(|e| e.into_inner());
             if matches!(*w, Worker::Idle) {
-                match self.spawn() {
-                    Ok(started) => *w = started,
-                    Err(e) => tracing::warn!("cannot start the sync thread ({e}): syncing inline"),
-                }
+                // A thread that cannot start now (no memory, thread limit) is not retried:
+                // one warning, and every later sync in the caller, as after `stop`.
+                *w = self.spawn().unwrap_or_else(|e| {
+                    tracing::warn!("cannot start the sync thread ({e}): syncing inline");
+                    Worker::Stopped
+                });
             }
             match &*w {
                 Worker::Running(tx, _) => Some(tx.clone()),
