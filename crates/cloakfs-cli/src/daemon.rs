@@ -39,7 +39,7 @@ pub fn daemonize() -> Result<()> {
         };
     }
     drop(read_end);
-    cloakfs_core::secret::relock_after_fork();
+    cloakfs_core::crypto::secret::relock_after_fork();
     // SAFETY: plain syscalls in the child; failures leave the defaults, which still work.
     unsafe {
         libc::setsid();

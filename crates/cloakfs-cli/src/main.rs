@@ -1,5 +1,6 @@
 //! The `cloakfs` command: wires the core library and the FUSE front end together.
 
+mod args;
 mod cli;
 mod commands;
 mod control;

@@ -1,9 +1,9 @@
 //! Reading secrets: passphrases (a file, an external program, or the terminal without echo),
 //! key files, PINs. Never from a command-line argument, where other users could read it in `ps`.
 
-use crate::cli::{NewPassArgs, UnlockArgs};
+use crate::args::{NewPassArgs, UnlockArgs};
 use crate::failure::{Failure, Result};
-use cloakfs_core::secret::Passphrase;
+use cloakfs_core::crypto::secret::Passphrase;
 use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -7,12 +7,12 @@
 pub mod gpg;
 pub mod pkcs11;
 
-use crate::cli::UnlockArgs;
+use crate::args::UnlockArgs;
 use crate::failure::{Failure, Result};
 use crate::secret_input::{read_passphrase, read_secret_file, Confirm};
-use cloakfs_core::config::VolumeConfig;
-use cloakfs_core::encoding::b64;
-use cloakfs_core::secret::Passphrase;
+use cloakfs_core::crypto::secret::Passphrase;
+use cloakfs_core::format::config::VolumeConfig;
+use cloakfs_core::format::encoding::b64;
 use cloakfs_core::slots::recipient::{Identities, Loaded};
 use cloakfs_core::slots::recovery::RecoveryKey;
 use cloakfs_core::slots::shamir::Share;

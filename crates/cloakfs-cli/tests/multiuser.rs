@@ -638,20 +638,20 @@ fn challenge_response_refuses_forged_and_replayed_answers() {
             iterations,
             parallelism,
         } => {
-            let params = cloakfs_core::kdf::Argon2Params {
+            let params = cloakfs_core::crypto::kdf::Argon2Params {
                 memory_kib,
                 iterations,
                 lanes: parallelism,
             };
-            let salt = cloakfs_core::encoding::unb64(salt.as_bytes()).unwrap();
-            let ch = cloakfs_core::encoding::unb64(challenge.as_bytes()).unwrap();
+            let salt = cloakfs_core::format::encoding::unb64(salt.as_bytes()).unwrap();
+            let ch = cloakfs_core::format::encoding::unb64(challenge.as_bytes()).unwrap();
             let key = cloakfs_daemon::auth::verifier_key(
-                &cloakfs_core::secret::Passphrase::new(b"swordfish".to_vec()),
+                &cloakfs_core::crypto::secret::Passphrase::new(b"swordfish".to_vec()),
                 &salt,
                 &params,
             )
             .unwrap();
-            cloakfs_core::encoding::b64(&cloakfs_daemon::auth::challenge_answer(
+            cloakfs_core::format::encoding::b64(&cloakfs_daemon::auth::challenge_answer(
                 key.expose(),
                 "cr",
                 authz,
@@ -668,7 +668,7 @@ fn challenge_response_refuses_forged_and_replayed_answers() {
     let _ = challenge(&mut c);
     assert!(is_err(&answer(
         &mut c,
-        cloakfs_core::encoding::b64(&[7u8; 32])
+        cloakfs_core::format::encoding::b64(&[7u8; 32])
     )));
     assert!(std::fs::read(plain.join("secret.txt")).is_err());
     // A right answer works once.
@@ -746,13 +746,13 @@ fn the_daemon_checks_cipherdir_access_as_the_user() {
     let mut a = d.shell(&alice);
     attach_alice(&d, &alice, &mut a, "mine", "");
     let cipher = d.work.path().join("cfs-alice/cipher");
-    let pass = cloakfs_core::secret::Passphrase::new(b"correct horse battery".to_vec());
+    let pass = cloakfs_core::crypto::secret::Passphrase::new(b"correct horse battery".to_vec());
     let volume = cloakfs_core::Volume::unlock(&cipher, &pass).unwrap();
     let request = serde_json::json!({
         "op": "attach",
         "cipherdir": s(&cipher),
         "naming": {"given": "stolen"},
-        "master_key": cloakfs_core::encoding::b64(volume.master_key().expose()),
+        "master_key": cloakfs_core::format::encoding::b64(volume.master_key().expose()),
     });
     let send = |u: &User| {
         // setsid: an attach is bound to the caller's Unix session, and the test runner's

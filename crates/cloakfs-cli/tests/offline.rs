@@ -4,8 +4,8 @@
 
 mod common;
 
-use cloakfs_core::secret::Passphrase;
-use cloakfs_core::writer::Writer;
+use cloakfs_core::crypto::secret::Passphrase;
+use cloakfs_core::tools::writer::Writer;
 use cloakfs_core::Volume;
 use common::*;
 use std::collections::BTreeMap;
@@ -140,7 +140,7 @@ fn xattr(p: &Path, name: &str) -> Option<Vec<u8>> {
         Some(out.stdout)
     } else {
         // getfattr missing: read it with the core helper instead
-        cloakfs_core::xattrs::get(p, name.as_bytes()).ok()
+        cloakfs_core::io::xattrs::get(p, name.as_bytes()).ok()
     }
 }
 
@@ -355,11 +355,11 @@ fn fsck_detects_each_problem_and_repairs_the_fixable_ones() {
     .unwrap();
     // 8. a tampered xattr value
     let hello = v.backing("hello.txt");
-    let names = cloakfs_core::xattrs::list(&hello).unwrap();
+    let names = cloakfs_core::io::xattrs::list(&hello).unwrap();
     let stored = names.iter().find(|n| n.starts_with(b"user.")).unwrap();
-    let mut val = cloakfs_core::xattrs::get(&hello, stored).unwrap();
+    let mut val = cloakfs_core::io::xattrs::get(&hello, stored).unwrap();
     val[20] ^= 1;
-    cloakfs_core::xattrs::set(&hello, stored, &val).unwrap();
+    cloakfs_core::io::xattrs::set(&hello, stored, &val).unwrap();
     // 9. a truncated header
     std::fs::write(v.backing("docs/small-03"), b"\x00\x01abc").unwrap();
 
@@ -595,7 +595,7 @@ fn rekey_reencrypts_everything_under_a_new_key() {
     }
     assert_eq!(before.len(), after.len(), "same number of backing entries");
     // The old key opens nothing; the new one everything.
-    assert!(cloakfs_core::walk::plain_paths(&old, &v.f.cipher)
+    assert!(cloakfs_core::tools::walk::plain_paths(&old, &v.f.cipher)
         .unwrap()
         .is_empty());
     let new = v.f.volume();
@@ -638,13 +638,13 @@ fn rekey_refuses_journal_other_slots_and_resume_without_journal() {
     cfg.add_passphrase_slot(
         vol.master_key(),
         &Passphrase::new(b"second secret".to_vec()),
-        cloakfs_core::kdf::Argon2Params {
+        cloakfs_core::crypto::kdf::Argon2Params {
             memory_kib: 64,
             iterations: 1,
             lanes: 1,
         },
         "backup",
-        cloakfs_core::config::SlotRandomness::fresh(),
+        cloakfs_core::format::config::SlotRandomness::fresh(),
     )
     .unwrap();
     cfg.seal(vol.master_key());

@@ -8,8 +8,8 @@
 
 mod common;
 
-use cloakfs_core::config::VolumeConfig;
-use cloakfs_core::secret::Passphrase;
+use cloakfs_core::crypto::secret::Passphrase;
+use cloakfs_core::format::config::VolumeConfig;
 use cloakfs_core::slots::Kek;
 use common::*;
 use std::collections::BTreeMap;
@@ -222,7 +222,7 @@ fn passwd_rewraps_and_leaves_every_backing_file_unchanged() {
             .unwrap();
     assert_eq!(
         v.root_dir_id().0,
-        cloakfs_core::encoding::unb64_array::<16>("oKGio6SlpqeoqaqrrK2urw").unwrap()
+        cloakfs_core::format::encoding::unb64_array::<16>("oKGio6SlpqeoqaqrrK2urw").unwrap()
     );
 }
 
@@ -551,7 +551,7 @@ fn age_x25519_recipient_made_by_age_keygen() {
     assert!(ok(&test_unlock(&f, &["--identity", s(&id)])).contains("slot 2"));
 
     // Interoperable: the Debian age tool decrypts the stored KEK with the same identity.
-    let ct = cloakfs_core::encoding::unb64(config_field(&f, "age").as_bytes()).unwrap();
+    let ct = cloakfs_core::format::encoding::unb64(config_field(&f, "age").as_bytes()).unwrap();
     let ctf = file(&f, "kek.age", &ct);
     let kek = run_tool(Command::new("age").arg("-d").arg("-i").arg(&id).arg(&ctf)).stdout;
     assert_eq!(kek.len(), 32);
@@ -1138,7 +1138,7 @@ fn unknown_slot_kind_is_kept_listed_and_skipped() {
     let (mk, _) = c
         .unlock_passphrase(&Passphrase::new(PASS.as_bytes().to_vec()))
         .unwrap();
-    let mut fields = cloakfs_core::config::Fields::new();
+    let mut fields = cloakfs_core::format::config::Fields::new();
     fields.insert("credential".into(), "AAAA".into());
     c.add_slot(
         &mk,

@@ -23,10 +23,10 @@
 //! `cargo bench -p cloakfs-core --bench crypto -- --measurement-time 10 --sample-size 50`.
 //! Filter with a substring, e.g. `cargo bench -p cloakfs-core --bench crypto -- aes256gcm_impl`.
 
-use cloakfs_core::content::{ContentCodec, ContentSuite, FileId};
-use cloakfs_core::file::{ContentFile, PARALLEL_MIN_BLOCKS};
-use cloakfs_core::names::{DirId, NameCodec, StoredName};
-use cloakfs_core::secret::SecretBytes;
+use cloakfs_core::crypto::secret::SecretBytes;
+use cloakfs_core::format::content::{ContentCodec, ContentSuite, FileId};
+use cloakfs_core::format::names::{DirId, NameCodec, StoredName};
+use cloakfs_core::io::file::{ContentFile, PARALLEL_MIN_BLOCKS};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::hint::black_box;
 use std::sync::Arc;

@@ -1,13 +1,13 @@
 //! An unlocked volume: its config and the codecs derived from the master key.
 
-use crate::config::{SlotRandomness, VolumeConfig, VolumeParams, CONFIG_FILE};
-use crate::content::ContentCodec;
+use crate::crypto::kdf::Argon2Params;
+use crate::crypto::keys::{label, MasterKey};
+use crate::crypto::secret::Passphrase;
 use crate::error::{Error, Result};
-use crate::kdf::Argon2Params;
-use crate::keys::{label, MasterKey};
-use crate::meta::MetaCodec;
-use crate::names::{DirId, NameCodec};
-use crate::secret::Passphrase;
+use crate::format::config::{SlotRandomness, VolumeConfig, VolumeParams, CONFIG_FILE};
+use crate::format::content::ContentCodec;
+use crate::format::meta::MetaCodec;
+use crate::format::names::{DirId, NameCodec};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -77,7 +77,7 @@ impl Volume {
         kdf.validate()?;
         check_empty_dir(cipherdir)?;
         let (config, mk) =
-            VolumeConfig::new_no_stored_key(params, pass, kdf, crate::random::array())?;
+            VolumeConfig::new_no_stored_key(params, pass, kdf, crate::crypto::random::array())?;
         config.save(cipherdir)?;
         Self::from_master_key(config, &mk)
     }

@@ -1,14 +1,15 @@
 //! The offline tools' engines on real cipher directories built with the core APIs (no mount):
 //! walker, path translation both ways, fsck (detection and repair), export and rekey.
 
-use cloakfs_core::config::VolumeParams;
-use cloakfs_core::fsck::{self, Options, ProblemKind};
-use cloakfs_core::kdf::Argon2Params;
-use cloakfs_core::rekey;
-use cloakfs_core::secret::Passphrase;
-use cloakfs_core::walk::{self, Item, NoProgress};
-use cloakfs_core::writer::Writer;
-use cloakfs_core::{translate, Volume};
+use cloakfs_core::crypto::kdf::Argon2Params;
+use cloakfs_core::crypto::secret::Passphrase;
+use cloakfs_core::format::config::VolumeParams;
+use cloakfs_core::tools::fsck::{self, Options, ProblemKind};
+use cloakfs_core::tools::rekey;
+use cloakfs_core::tools::translate;
+use cloakfs_core::tools::walk::{self, Item, NoProgress};
+use cloakfs_core::tools::writer::Writer;
+use cloakfs_core::Volume;
 use std::collections::BTreeMap;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -66,8 +67,11 @@ fn unlock(c: &Path) -> Volume {
 
 fn read_plain(v: &Volume, c: &Path, p: &Path) -> Vec<u8> {
     let b = translate::lookup(v, c, p, true).unwrap();
-    let r = cloakfs_core::blocks::BlockReader::open(v.content(), std::fs::File::open(b).unwrap())
-        .unwrap();
+    let r = cloakfs_core::tools::blocks::BlockReader::open(
+        v.content(),
+        std::fs::File::open(b).unwrap(),
+    )
+    .unwrap();
     let (mut out, mut all, mut sealed) = (Vec::new(), Vec::new(), Vec::new());
     let mut first = 0;
     while first < r.block_count() {
@@ -198,7 +202,7 @@ fn export_copies_the_tree() {
     let (t, c, files) = build();
     let v = unlock(&c);
     let dest = t.path().join("out");
-    let r = cloakfs_core::export::export(&v, &c, &dest, &NoProgress).unwrap();
+    let r = cloakfs_core::tools::export::export(&v, &c, &dest, &NoProgress).unwrap();
     assert!(r.skipped.is_empty(), "{:?}", r.skipped);
     for (p, d) in &files {
         assert_eq!(&std::fs::read(dest.join(p)).unwrap(), d, "{p:?}");
@@ -216,7 +220,7 @@ fn export_copies_the_tree() {
     assert_eq!(a.ino(), b.ino(), "hard link kept");
     assert!(std::fs::metadata(dest.join("empty")).unwrap().is_dir());
     // The destination must be new or empty.
-    assert!(cloakfs_core::export::export(&v, &c, &dest, &NoProgress).is_err());
+    assert!(cloakfs_core::tools::export::export(&v, &c, &dest, &NoProgress).is_err());
 }
 
 /// Every backing name and file (by content hash) of a cipher directory.
@@ -304,7 +308,7 @@ fn rekey_refuses_other_slots_unless_dropped() {
         &Passphrase::new(b"second".to_vec()),
         CHEAP,
         "second",
-        cloakfs_core::config::SlotRandomness::fresh(),
+        cloakfs_core::format::config::SlotRandomness::fresh(),
     )
     .unwrap();
     cfg.seal(v.master_key());

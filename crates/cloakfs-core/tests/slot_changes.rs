@@ -1,9 +1,9 @@
 //! Key-slot changes on disk: crash safety of the atomic config replacement, and volumes
 //! without a stored key.
 
-use cloakfs_core::config::{VolumeConfig, VolumeParams, CONFIG_FILE};
-use cloakfs_core::kdf::Argon2Params;
-use cloakfs_core::secret::Passphrase;
+use cloakfs_core::crypto::kdf::Argon2Params;
+use cloakfs_core::crypto::secret::Passphrase;
+use cloakfs_core::format::config::{VolumeConfig, VolumeParams, CONFIG_FILE};
 use cloakfs_core::slots::{kind, passphrase, Kek, SlotRandomness};
 use cloakfs_core::{Error, Volume};
 use std::fs;
@@ -134,10 +134,11 @@ fn no_stored_key_volume() {
     let (mk, id) = c.unlock_passphrase(&pass("only key")).unwrap();
     assert_eq!(id, 0);
     // The master key is Argon2id(passphrase, salt) itself.
-    let cloakfs_core::config::KeySource::Passphrase { kdf, salt } = c.key_source().clone() else {
+    let cloakfs_core::format::config::KeySource::Passphrase { kdf, salt } = c.key_source().clone()
+    else {
         panic!("key source")
     };
-    let direct = cloakfs_core::kdf::derive(&pass("only key"), &salt, &kdf).unwrap();
+    let direct = cloakfs_core::crypto::kdf::derive(&pass("only key"), &salt, &kdf).unwrap();
     assert_eq!(direct.expose(), mk.expose());
     assert_eq!(
         v.root_dir_id().0,

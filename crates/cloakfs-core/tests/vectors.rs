@@ -14,17 +14,17 @@
 
 use aes_gcm::aead::{AeadInPlace, KeyInit};
 use aes_gcm::Aes256Gcm;
-use cloakfs_core::config::{SlotRandomness, VolumeConfig, VolumeParams, CONFIG_FILE};
-use cloakfs_core::content::{ContentCodec, ContentSuite, FileHeader, FileId};
-use cloakfs_core::encoding::b64;
-use cloakfs_core::file::ContentFile;
-use cloakfs_core::kdf::{self, Argon2Params};
-use cloakfs_core::keys::{label, MasterKey};
-use cloakfs_core::layout::Layout;
-use cloakfs_core::meta::MetaCodec;
-use cloakfs_core::names::{DirId, NameCodec, StoredName, DIRID_FILE};
-use cloakfs_core::paths;
-use cloakfs_core::secret::{Passphrase, SecretBytes};
+use cloakfs_core::crypto::kdf::{self, Argon2Params};
+use cloakfs_core::crypto::keys::{label, MasterKey};
+use cloakfs_core::crypto::secret::{Passphrase, SecretBytes};
+use cloakfs_core::format::config::{SlotRandomness, VolumeConfig, VolumeParams, CONFIG_FILE};
+use cloakfs_core::format::content::{ContentCodec, ContentSuite, FileHeader, FileId};
+use cloakfs_core::format::encoding::b64;
+use cloakfs_core::format::layout::Layout;
+use cloakfs_core::format::meta::MetaCodec;
+use cloakfs_core::format::names::{DirId, NameCodec, StoredName, DIRID_FILE};
+use cloakfs_core::io::file::ContentFile;
+use cloakfs_core::tools::paths;
 use cloakfs_core::Volume;
 use hkdf::Hkdf;
 use hmac::{Hmac, Mac};
@@ -500,7 +500,7 @@ fn kdf_and_config_vectors() {
     for (k, v) in slot.fields().iter().filter(|(k, _)| *k != "wrapped") {
         aad.push_str(&format!("{k}={v}\n"));
     }
-    let raw = cloakfs_core::encoding::unb64(wrapped.as_bytes()).unwrap();
+    let raw = cloakfs_core::format::encoding::unb64(wrapped.as_bytes()).unwrap();
     assert_eq!(raw.len(), 60);
     let mut mk = raw[12..44].to_vec();
     Aes256Gcm::new(kek.expose().into())
@@ -572,7 +572,7 @@ fn slot_kind_vectors() {
     // Share encoding: volume ID of the inputs, slot 3, 2 of 3, share index 1.
     let share = shamir::Share::from_parts(volume_id(), 3, 2, 3, 1, &share_y());
     let share_text = share.encode().to_string();
-    let raw = cloakfs_core::encoding::unb64(
+    let raw = cloakfs_core::format::encoding::unb64(
         share_text
             .strip_prefix("cloakfs-share:")
             .unwrap()

@@ -10,8 +10,8 @@
 use crate::protocol::{AuthMethod, AUTH_CONTEXT};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use base64::Engine;
-use cloakfs_core::kdf::{derive, Argon2Params};
-use cloakfs_core::secret::{Passphrase, SecretBytes};
+use cloakfs_core::crypto::kdf::{derive, Argon2Params};
+use cloakfs_core::crypto::secret::{Passphrase, SecretBytes};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
@@ -59,7 +59,7 @@ pub fn passphrase_method(
     passphrase: &Passphrase,
     params: &Argon2Params,
 ) -> cloakfs_core::Result<AuthMethod> {
-    let salt: [u8; SALT_LEN] = cloakfs_core::random::array();
+    let salt: [u8; SALT_LEN] = cloakfs_core::crypto::random::array();
     let key = verifier_key(passphrase, &salt, params)?;
     Ok(AuthMethod::Passphrase {
         salt: B64.encode(salt),

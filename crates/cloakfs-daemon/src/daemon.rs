@@ -14,8 +14,8 @@ use crate::tree::Tree;
 use crate::watch::Watcher;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use base64::Engine;
-use cloakfs_core::config::VolumeConfig;
-use cloakfs_core::keys::MasterKey;
+use cloakfs_core::crypto::keys::MasterKey;
+use cloakfs_core::format::config::VolumeConfig;
 use cloakfs_core::Volume;
 use cloakfs_fuse::tree::AttachSpec;
 use rustix::fd::OwnedFd;
@@ -168,7 +168,7 @@ impl<T: Tree> Daemon<T> {
                         salt,
                         params,
                     }) => {
-                        let challenge: [u8; CHALLENGE_LEN] = cloakfs_core::random::array();
+                        let challenge: [u8; CHALLENGE_LEN] = cloakfs_core::crypto::random::array();
                         conn.pending = Some(PendingChallenge {
                             attach,
                             name,
@@ -402,7 +402,7 @@ fn open_cipherdir(dir: &Path, read_only: bool) -> io::Result<(OwnedFd, VolumeCon
         }
         Err(e) => return Err(e.into()),
     }
-    cloakfs_core::rekey::check_not_rekeying(dir).map_err(io::Error::other)?;
+    cloakfs_core::tools::rekey::check_not_rekeying(dir).map_err(io::Error::other)?;
     let config = VolumeConfig::load(dir).map_err(io::Error::other)?;
     Ok((fd, config))
 }

@@ -60,7 +60,7 @@ pub fn resolve(naming: &Naming, uid: u32, sid: u32) -> Result<String, String> {
 
 /// 16 random lowercase hex digits (64 bits: collisions are retried by the caller).
 pub fn random_name() -> String {
-    let b: [u8; 8] = cloakfs_core::random::array();
+    let b: [u8; 8] = cloakfs_core::crypto::random::array();
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 

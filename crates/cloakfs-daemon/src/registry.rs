@@ -11,8 +11,8 @@ use crate::protocol::{
 };
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use base64::Engine;
-use cloakfs_core::kdf::Argon2Params;
-use cloakfs_core::secret::SecretBytes;
+use cloakfs_core::crypto::kdf::Argon2Params;
+use cloakfs_core::crypto::secret::SecretBytes;
 use cloakfs_fuse::tree::{Access, AttachId, Need};
 use std::collections::{BTreeMap, BTreeSet};
 use zeroize::Zeroizing;

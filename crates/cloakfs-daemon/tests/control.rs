@@ -3,9 +3,9 @@
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use base64::Engine;
-use cloakfs_core::config::VolumeParams;
-use cloakfs_core::kdf::Argon2Params;
-use cloakfs_core::secret::Passphrase;
+use cloakfs_core::crypto::kdf::Argon2Params;
+use cloakfs_core::crypto::secret::Passphrase;
+use cloakfs_core::format::config::VolumeParams;
 use cloakfs_core::Volume;
 use cloakfs_daemon::client::Client;
 use cloakfs_daemon::daemon::Daemon;

@@ -4,8 +4,8 @@
 use crate::fs::CloakFs;
 use crate::inode::Inode;
 use crate::sys::{self, errno, Res};
-use cloakfs_core::names::{self, DirId, EntryKind, StoredName, DIRID_FILE};
-use cloakfs_core::paths::{parse_dir_id, DIRID_LEN};
+use cloakfs_core::format::names::{self, DirId, EntryKind, StoredName, DIRID_FILE};
+use cloakfs_core::tools::paths::{parse_dir_id, DIRID_LEN};
 use fuser::{Errno, FileType};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{AtFlags, Dir, Mode, RenameFlags};
@@ -278,7 +278,10 @@ impl CloakFs {
         owner: Option<(u32, Option<u32>)>,
     ) -> Res<(OwnedFd, DirId)> {
         let pfd = parent.fd();
-        let tmp = format!("{TMP_PREFIX}{}", hex(&cloakfs_core::random::array::<8>()));
+        let tmp = format!(
+            "{TMP_PREFIX}{}",
+            hex(&cloakfs_core::crypto::random::array::<8>())
+        );
         // Writable and searchable by us until the ID is in place.
         rustix::fs::mkdirat(pfd, tmp.as_str(), Mode::from_raw_mode(mode | 0o300)).map_err(errno)?;
         let id = DirId::random();
@@ -478,9 +481,9 @@ fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cloakfs_core::config::VolumeParams;
-    use cloakfs_core::kdf::Argon2Params;
-    use cloakfs_core::secret::Passphrase;
+    use cloakfs_core::crypto::kdf::Argon2Params;
+    use cloakfs_core::crypto::secret::Passphrase;
+    use cloakfs_core::format::config::VolumeParams;
     use cloakfs_core::Volume;
     use fuser::INodeNo;
     use std::os::unix::fs::FileExt;

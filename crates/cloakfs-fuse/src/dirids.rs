@@ -11,7 +11,7 @@
 //! number comes with a new ctime. The ID a miss stores is keyed by a stat of the descriptor
 //! it was read from, never by an earlier stat of the name.
 
-use cloakfs_core::names::DirId;
+use cloakfs_core::format::names::DirId;
 use rustix::fs::Stat;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

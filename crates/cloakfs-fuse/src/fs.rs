@@ -8,8 +8,8 @@ use crate::durable::Syncer;
 use crate::inode::{Inode, InodeTable, Kind};
 use crate::prune::Pruner;
 use crate::sys::{self, errno, NodeFd, Res};
-use cloakfs_core::content::ContentCodec;
-use cloakfs_core::file::ContentFile;
+use cloakfs_core::format::content::ContentCodec;
+use cloakfs_core::io::file::ContentFile;
 use cloakfs_core::Volume;
 use fuser::{AccessFlags, Errno, FileAttr, INodeNo, Notifier, Request};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -95,7 +95,7 @@ impl CloakFs {
         let local_opens = sys::opens_are_local(fd.as_fd());
         let inodes = InodeTable::new(NodeFd::path(fd), &meta, volume.root_dir_id(), base);
         let layout = volume.content().layout();
-        let max_size = (i64::MAX as u64 - cloakfs_core::layout::HEADER_LEN)
+        let max_size = (i64::MAX as u64 - cloakfs_core::format::layout::HEADER_LEN)
             / layout.cipher_block_size()
             * layout.block_size();
         Ok(Self {

@@ -14,9 +14,9 @@
 use crate::attr::Meta;
 use crate::prune::{self, SeenAs};
 use crate::sys::NodeFd;
-use cloakfs_core::content::ContentCodec;
-use cloakfs_core::file::ContentFile;
-use cloakfs_core::names::DirId;
+use cloakfs_core::format::content::ContentCodec;
+use cloakfs_core::format::names::DirId;
+use cloakfs_core::io::file::ContentFile;
 use rustix::fd::{BorrowedFd, OwnedFd};
 use rustix::fs::OFlags;
 use std::collections::{HashMap, HashSet};

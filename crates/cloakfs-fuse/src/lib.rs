@@ -11,7 +11,7 @@
 //! kernel knows holds an `O_PATH` descriptor of its backing object and is reached through
 //! `*at()` calls relative to it (`inode`); entries are named through the parent's directory
 //! ID, with crash-safe directory creation (`dir`, `entry`) and snapshot listings (`readdir`);
-//! regular files go through one shared `cloakfs_core::file::ContentFile` per node (`file`,
+//! regular files go through one shared `cloakfs_core::io::file::ContentFile` per node (`file`,
 //! `fs`); `user.*` xattrs are encrypted (`xattr`); `attr` converts `stat`s and `sys` wraps the
 //! remaining system calls.
 //!

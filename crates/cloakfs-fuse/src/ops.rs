@@ -404,7 +404,7 @@ impl Filesystem for CloakFs {
                 files,
                 ffree,
                 bsize,
-                cloakfs_core::names::NAME_MAX as u32,
+                cloakfs_core::format::names::NAME_MAX as u32,
                 frsize,
             ),
             Err(e) => reply.error(e),

@@ -548,7 +548,7 @@ impl Filesystem for TreeFs {
 
     fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
         if ino.0 == TREE_ROOT {
-            let name_max = cloakfs_core::names::NAME_MAX as u32;
+            let name_max = cloakfs_core::format::names::NAME_MAX as u32;
             return reply.statfs(0, 0, 0, 0, 0, 4096, name_max, 4096);
         }
         let (a, _creds) = route!(self, req, ino, &[LOOK], reply);

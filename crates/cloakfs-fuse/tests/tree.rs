@@ -202,7 +202,7 @@ impl Tree {
     /// The backing path of `rel` inside attach `name`.
     fn backing(&self, name: &str, rel: &str) -> PathBuf {
         let cipher = self.cipher(name);
-        cloakfs_core::paths::encrypt_path(&unlock(&cipher), &cipher, Path::new(rel)).unwrap()
+        cloakfs_core::tools::paths::encrypt_path(&unlock(&cipher), &cipher, Path::new(rel)).unwrap()
     }
 }
 

@@ -3,11 +3,11 @@
 //! The volume is unlocked here, as the user (the Argon2 work and every secret stay in this
 //! process); the daemon receives only the master key, over its control socket.
 
-use crate::cli::UnlockArgs;
+use crate::args::UnlockArgs;
 use crate::control::{self, parse_duration};
 use crate::failure::{code, Failure, Result};
 use clap::Args;
-use cloakfs_core::config::VolumeConfig;
+use cloakfs_core::format::config::VolumeConfig;
 use cloakfs_daemon::protocol::{AttachRequest, Naming, Request, Response};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -51,7 +51,7 @@ pub fn run_attach(args: AttachArgs) -> Result<()> {
     })?;
     // Fail on everything checkable before asking for a secret.
     VolumeConfig::load(&cipherdir)?;
-    cloakfs_core::rekey::check_not_rekeying(&cipherdir)?;
+    cloakfs_core::tools::rekey::check_not_rekeying(&cipherdir)?;
     let naming = match (args.naming.as_deref(), args.name) {
         (Some("entity"), _) => Naming::Entity { session: false },
         (Some("entity-session"), _) => Naming::Entity { session: true },
@@ -61,7 +61,9 @@ pub fn run_attach(args: AttachArgs) -> Result<()> {
     };
     let mut client = control::connect(&args.socket)?;
     let volume = crate::unlock::unlock(&args.unlock, &cipherdir)?;
-    let master_key = Zeroizing::new(cloakfs_core::encoding::b64(volume.master_key().expose()));
+    let master_key = Zeroizing::new(cloakfs_core::format::encoding::b64(
+        volume.master_key().expose(),
+    ));
     drop(volume);
     let req = Request::Attach(AttachRequest {
         cipherdir: cipherdir.to_string_lossy().into_owned(),

@@ -4,13 +4,13 @@
 //! `auth` proves knowledge of the passphrase by answering a fresh random challenge with
 //! HMAC-SHA256 under K, so neither the passphrase nor a reusable answer crosses the socket.
 
-use crate::cli::NewPassArgs;
+use crate::args::NewPassArgs;
 use crate::control::{self, parse_duration};
 use crate::failure::{Failure, Result};
 use crate::secret_input::{read_new_passphrase, read_passphrase_from, Confirm};
 use clap::{Args, Subcommand};
-use cloakfs_core::encoding::{b64, unb64};
-use cloakfs_core::kdf::{Argon2Params, DEFAULT_MEMORY_KIB};
+use cloakfs_core::crypto::kdf::{Argon2Params, DEFAULT_MEMORY_KIB};
+use cloakfs_core::format::encoding::{b64, unb64};
 use cloakfs_daemon::protocol::{
     AuthMethod, AuthzAddRequest, Entity, OnTimeout, Request, Response, SessionInfo, PERMISSIONS,
 };
@@ -194,7 +194,7 @@ fn add(a: AuthzAddArgs) -> Result<()> {
         params
             .validate()
             .map_err(|e| Failure::usage(format!("KDF parameters: {e}")))?;
-        let salt: [u8; 16] = cloakfs_core::random::array();
+        let salt: [u8; 16] = cloakfs_core::crypto::random::array();
         let key = cloakfs_daemon::auth::verifier_key(&pass, &salt, &params)?;
         AuthMethod::Passphrase {
             salt: b64(&salt),

@@ -1,10 +1,11 @@
 //! `cloakfs cat`: decrypt one file to standard output without mounting (CFS `ccat`), by its
 //! plaintext path, or (`--raw`) a single backing file given only the volume's key.
 
-use crate::cli::UnlockArgs;
+use crate::args::UnlockArgs;
 use crate::failure::{code, Failure, Result};
-use cloakfs_core::blocks::{BlockReader, CHUNK_BLOCKS};
-use cloakfs_core::{rekey, translate, Error, Volume};
+use cloakfs_core::tools::blocks::{BlockReader, CHUNK_BLOCKS};
+use cloakfs_core::tools::{rekey, translate};
+use cloakfs_core::{Error, Volume};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 

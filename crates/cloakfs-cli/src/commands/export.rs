@@ -1,10 +1,10 @@
 //! `cloakfs export`: copy the whole plaintext tree out of a volume without mounting (disaster
-//! recovery), skipping and listing what cannot be read. The copying is `cloakfs_core::export`.
+//! recovery), skipping and listing what cannot be read. The copying is `cloakfs_core::tools::export`.
 
 use super::fsck::Bar;
-use crate::cli::UnlockArgs;
+use crate::args::UnlockArgs;
 use crate::failure::{code, Failure, Result};
-use cloakfs_core::{export, rekey};
+use cloakfs_core::tools::{export, rekey};
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]

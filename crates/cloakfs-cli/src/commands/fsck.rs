@@ -1,12 +1,12 @@
 //! `cloakfs fsck`: check every config field, directory ID, name, long-name file, header, block
 //! tag, symlink target and xattr of a volume, without mounting; `--repair` fixes what is safely
-//! fixable. The checking itself is `cloakfs_core::fsck`.
+//! fixable. The checking itself is `cloakfs_core::tools::fsck`.
 
-use crate::cli::UnlockArgs;
+use crate::args::UnlockArgs;
 use crate::failure::{code, Failure, Result};
-use cloakfs_core::fsck::{self, Options, Report};
-use cloakfs_core::rekey;
-use cloakfs_core::walk::Progress;
+use cloakfs_core::tools::fsck::{self, Options, Report};
+use cloakfs_core::tools::rekey;
+use cloakfs_core::tools::walk::Progress;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};

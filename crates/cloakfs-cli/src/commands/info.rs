@@ -1,8 +1,15 @@
 //! `cloakfs info`: show what a volume is made of, without any secret.
 
-use crate::cli::InfoArgs;
 use crate::failure::Result;
-use cloakfs_core::config::{config_path, VolumeConfig, FORMAT_VERSION};
+use clap::Args;
+use cloakfs_core::format::config::{config_path, VolumeConfig, FORMAT_VERSION};
+use std::path::PathBuf;
+
+#[derive(Debug, Args)]
+pub struct InfoArgs {
+    /// The volume's cipher directory (or its config file).
+    pub cipherdir: PathBuf,
+}
 
 pub fn run(args: InfoArgs) -> Result<()> {
     let c = VolumeConfig::load(&args.cipherdir)?;

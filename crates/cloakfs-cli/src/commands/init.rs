@@ -1,14 +1,47 @@
 //! `cloakfs init`: create a volume.
 
-use crate::cli::InitArgs;
+use crate::args::NewPassArgs;
 use crate::failure::{Failure, Result};
 use crate::secret_input::read_new_passphrase;
-use cloakfs_core::config::VolumeParams;
-use cloakfs_core::content::ContentSuite;
-use cloakfs_core::kdf::{Argon2Params, DEFAULT_MEMORY_KIB};
-use cloakfs_core::names::{LONG_NAME_MAX_DEFAULT, LONG_NAME_MAX_MIN};
+use clap::Args;
+use cloakfs_core::crypto::kdf::{Argon2Params, DEFAULT_MEMORY_KIB};
+use cloakfs_core::format::config::VolumeParams;
+use cloakfs_core::format::content::ContentSuite;
+use cloakfs_core::format::names::{LONG_NAME_MAX_DEFAULT, LONG_NAME_MAX_MIN};
 use cloakfs_core::Volume;
+use std::path::PathBuf;
 use std::time::Duration;
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// Where the new passphrase comes from (default: prompt twice).
+    #[command(flatten)]
+    pub secret: NewPassArgs,
+    /// No stored master key: derive it from the passphrase alone (Cryptfs/CFS style). The
+    /// passphrase can then never be changed and no other key slot can be added.
+    #[arg(long)]
+    pub no_stored_key: bool,
+    /// Content cipher.
+    #[arg(long, default_value = "aes-256-gcm", value_parser = ["aes-256-gcm", "xchacha20-poly1305"])]
+    pub cipher: String,
+    /// Treat all-zero blocks as tampering instead of holes (sparse files then take space).
+    #[arg(long)]
+    pub strict_holes: bool,
+    /// Longest encrypted name stored as is (62..255); shorten for cloud storage limits.
+    #[arg(long, default_value_t = 255, value_name = "N")]
+    pub long_name_max: usize,
+    /// Target time for one Argon2id derivation, in milliseconds (calibrated here).
+    #[arg(long, default_value_t = 500, value_name = "MS")]
+    pub kdf_time: u64,
+    /// Argon2id memory in KiB (skips calibration; default 65536 when iterations are given).
+    #[arg(long, value_name = "KIB")]
+    pub kdf_memory: Option<u32>,
+    /// Argon2id iterations (skips calibration).
+    #[arg(long, value_name = "N")]
+    pub kdf_iterations: Option<u32>,
+    /// The directory that will hold the ciphertext.
+    pub cipherdir: PathBuf,
+}
 
 pub fn run(args: InitArgs) -> Result<()> {
     if !(LONG_NAME_MAX_MIN..=LONG_NAME_MAX_DEFAULT).contains(&args.long_name_max) {
@@ -61,7 +94,7 @@ pub fn run(args: InitArgs) -> Result<()> {
 }
 
 fn precheck(dir: &std::path::Path) -> Result<()> {
-    if dir.join(cloakfs_core::config::CONFIG_FILE).exists() {
+    if dir.join(cloakfs_core::format::config::CONFIG_FILE).exists() {
         return Err(Failure::new(
             crate::failure::code::VOLUME,
             format!("{} already holds a cloakfs volume", dir.display()),

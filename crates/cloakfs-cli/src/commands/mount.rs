@@ -1,14 +1,42 @@
 //! `cloakfs mount` (and the `cloakfs CIPHERDIR MOUNTPOINT -o ...` form that mount.fuse3 runs).
 
-use crate::cli::{MountArgs, UnlockArgs};
+use crate::args::UnlockArgs;
 use crate::daemon;
 use crate::failure::{code, Failure, Result};
 use crate::logging;
 use crate::mount_options;
-use cloakfs_core::config::VolumeConfig;
+use clap::Args;
+use cloakfs_core::format::config::VolumeConfig;
 use cloakfs_fuse::MountOptions;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+#[derive(Debug, Args)]
+pub struct MountArgs {
+    #[command(flatten)]
+    pub unlock: UnlockArgs,
+    /// Stay in the foreground (log to standard error) instead of daemonizing.
+    #[arg(short, long)]
+    pub foreground: bool,
+    /// Mount options, comma separated (ro, allow_other, noexec, passfile=F, ...); repeatable.
+    #[arg(short = 'o', value_name = "OPTIONS", action = clap::ArgAction::Append)]
+    pub options: Vec<String>,
+    /// Worker threads serving the file system.
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+    /// Seconds the kernel may cache attributes and names [default: 30]. Changes made to the
+    /// cipher directory by anything but this mount show up after at most this long: use 1
+    /// if another machine or a sync client writes to it while it is mounted.
+    #[arg(long, value_name = "SECS")]
+    pub cache_timeout: Option<f64>,
+    /// Append the daemon's log to FILE (default: syslog when daemonized).
+    #[arg(long, value_name = "FILE")]
+    pub log_file: Option<PathBuf>,
+    /// The volume's cipher directory.
+    pub cipherdir: PathBuf,
+    /// Where the plaintext view appears.
+    pub mountpoint: PathBuf,
+}
 
 pub fn run(args: MountArgs) -> Result<()> {
     let o = mount_options::parse(&args.options)?;
@@ -16,7 +44,7 @@ pub fn run(args: MountArgs) -> Result<()> {
     let mountpoint = absolute_dir(&args.mountpoint, "mount point")?;
     // Fail on everything checkable before asking for the passphrase.
     VolumeConfig::load(&cipherdir)?;
-    cloakfs_core::rekey::check_not_rekeying(&cipherdir)?;
+    cloakfs_core::tools::rekey::check_not_rekeying(&cipherdir)?;
     if mountpoint.starts_with(&cipherdir) {
         return Err(Failure::usage(
             "the mount point may not lie inside the cipher directory",
@@ -36,7 +64,7 @@ pub fn run(args: MountArgs) -> Result<()> {
     unlock.keyfile = unlock.keyfile.or(o.keyfile.clone());
     unlock.identity.extend(o.identity.iter().cloned());
     let volume = crate::unlock::unlock(&unlock, &cipherdir)?;
-    cloakfs_core::secret::harden_process();
+    cloakfs_core::crypto::secret::harden_process();
 
     let mut mo = MountOptions::new(&cipherdir);
     mo.read_only = o.read_only;

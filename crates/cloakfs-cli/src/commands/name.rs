@@ -1,10 +1,10 @@
 //! `cloakfs name`: translate names between the plaintext view and the cipher directory without
 //! mounting (CFS `cname`), long names included.
 
-use crate::cli::UnlockArgs;
+use crate::args::UnlockArgs;
 use crate::failure::{Failure, Result};
-use cloakfs_core::names::{sidecar_name, LONG_PREFIX};
-use cloakfs_core::{rekey, translate};
+use cloakfs_core::format::names::{sidecar_name, LONG_PREFIX};
+use cloakfs_core::tools::{rekey, translate};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;

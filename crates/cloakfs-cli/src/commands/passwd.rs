@@ -2,11 +2,11 @@
 //! replaced in place (same ID and label, fresh salt, new wrap of the same master key) in one
 //! atomic config write; no file of the volume is touched.
 
-use crate::cli::UnlockArgs;
+use crate::args::UnlockArgs;
 use crate::commands::slots::KdfArgs;
 use crate::failure::{Failure, Result};
 use crate::secret_input::{read_passphrase_from, Confirm};
-use cloakfs_core::config::VolumeConfig;
+use cloakfs_core::format::config::VolumeConfig;
 use cloakfs_core::slots::{kind, passphrase};
 use std::path::PathBuf;
 

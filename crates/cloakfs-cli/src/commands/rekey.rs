@@ -1,11 +1,11 @@
 //! `cloakfs rekey`: move a volume to a fresh master key, re-encrypting every file, name,
 //! symlink target and xattr; interruptible, resumable and reversible. The engine and its
-//! crash-safety design are in `cloakfs_core::rekey`.
+//! crash-safety design are in `cloakfs_core::tools::rekey`.
 
 use super::fsck::Bar;
-use crate::cli::UnlockArgs;
+use crate::args::UnlockArgs;
 use crate::failure::{code, Failure, Result};
-use cloakfs_core::rekey::{self, Options, Outcome};
+use cloakfs_core::tools::rekey::{self, Options, Outcome};
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]

@@ -3,12 +3,12 @@
 //! Every change is one atomic config write (temporary file, fsync, rename, fsync directory), so
 //! a crash leaves the old or the new config, each of which opens with the secrets it lists.
 
-use crate::cli::UnlockArgs;
+use crate::args::UnlockArgs;
 use crate::failure::{code, Failure, Result};
 use crate::secret_input::{read_passphrase_from, read_secret_file, Confirm};
 use crate::unlock::{self, gpg, pkcs11};
-use cloakfs_core::config::{KeySource, VolumeConfig};
-use cloakfs_core::kdf::{Argon2Params, DEFAULT_MEMORY_KIB};
+use cloakfs_core::crypto::kdf::{Argon2Params, DEFAULT_MEMORY_KIB};
+use cloakfs_core::format::config::{KeySource, VolumeConfig};
 use cloakfs_core::slots::recipient::Recipients;
 use cloakfs_core::slots::recovery::RecoveryKey;
 use cloakfs_core::slots::{self, kind, KeySlot, SlotRandomness};

@@ -1,10 +1,20 @@
 //! `cloakfs unmount`: unmount a plaintext view. The kernel writes back all cached data to the
 //! daemon before the unmount completes.
 
-use crate::cli::UnmountArgs;
 use crate::failure::{Failure, Result};
+use clap::Args;
 use std::path::Path;
+use std::path::PathBuf;
 use std::process::Command;
+
+#[derive(Debug, Args)]
+pub struct UnmountArgs {
+    /// Detach now even if busy; the file system goes away when no longer used.
+    #[arg(short = 'z', long)]
+    pub lazy: bool,
+    /// The mount point.
+    pub mountpoint: PathBuf,
+}
 
 pub fn run(args: UnmountArgs) -> Result<()> {
     let mnt = std::fs::canonicalize(&args.mountpoint)

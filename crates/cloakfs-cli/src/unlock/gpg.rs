@@ -6,8 +6,8 @@
 //! the binary OpenPGP message whose plaintext is the 32-byte KEK).
 
 use crate::failure::{code, Failure, Result};
-use cloakfs_core::config::Fields;
-use cloakfs_core::encoding::b64;
+use cloakfs_core::format::config::Fields;
+use cloakfs_core::format::encoding::b64;
 use cloakfs_core::slots::{Kek, KeySlot};
 use std::io::Write;
 use std::process::{Command, Stdio};

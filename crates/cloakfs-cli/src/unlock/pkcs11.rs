@@ -12,8 +12,8 @@
 
 use crate::failure::{code, Failure, Result};
 use crate::secret_input::{prompt_secret, read_first_line};
-use cloakfs_core::config::Fields;
-use cloakfs_core::encoding::b64;
+use cloakfs_core::format::config::Fields;
+use cloakfs_core::format::encoding::b64;
 use cloakfs_core::slots::{Kek, KeySlot};
 use cryptoki::context::{CInitializeArgs, CInitializeFlags, Pkcs11};
 use cryptoki::error::{Error as PError, RvError};
@@ -223,7 +223,7 @@ pub fn new_slot(
     let t = Token::open(module, token, &pin)?;
     let object = object_label(volume_id, slot_id);
     let key = t.find_or_create_key(&object)?;
-    let salt: [u8; 32] = cloakfs_core::random::array();
+    let salt: [u8; 32] = cloakfs_core::crypto::random::array();
     let kek = t.kek(key, &salt)?;
     let mut f = Fields::new();
     f.insert("pkcs11_token".into(), token.to_string());

@@ -7,10 +7,10 @@
 //! Fields: `salt` (b64 of 32 random bytes).
 
 use super::{Kek, KeySlot};
-use crate::config::Fields;
-use crate::encoding::b64;
+use crate::crypto::keys::hkdf_expand;
 use crate::error::{Error, Result};
-use crate::keys::hkdf_expand;
+use crate::format::config::Fields;
+use crate::format::encoding::b64;
 
 /// Fields of a keyfile slot besides the common ones.
 pub const FIELDS: &[&str] = &["salt"];

@@ -24,12 +24,12 @@ pub mod recipient;
 pub mod recovery;
 pub mod shamir;
 
-use crate::config::{get, parse_b64, parse_num, Fields, VolumeConfig, WRAP_DOMAIN};
-use crate::encoding::{b64, unb64, unb64_array};
+use crate::crypto::kdf::{Argon2Params, SALT_LEN};
+use crate::crypto::keys::{MasterKey, KEY_LEN};
+use crate::crypto::secret::{Passphrase, SecretBytes};
 use crate::error::{Error, Result};
-use crate::kdf::{Argon2Params, SALT_LEN};
-use crate::keys::{MasterKey, KEY_LEN};
-use crate::secret::{Passphrase, SecretBytes};
+use crate::format::config::{get, parse_b64, parse_num, Fields, VolumeConfig, WRAP_DOMAIN};
+use crate::format::encoding::{b64, unb64, unb64_array};
 use aes_gcm::aead::{AeadInPlace, KeyInit};
 use aes_gcm::Aes256Gcm;
 
@@ -205,8 +205,8 @@ impl SlotRandomness {
     /// Fresh randomness from the OS.
     pub fn fresh() -> Self {
         Self {
-            salt: crate::random::array(),
-            nonce: crate::random::array(),
+            salt: crate::crypto::random::array(),
+            nonce: crate::crypto::random::array(),
         }
     }
 }
@@ -455,8 +455,8 @@ impl VolumeConfig {
 
     /// [`VolumeConfig::unlock_passphrase`], with the KEK of the slot that opened.
     pub fn unlock_passphrase_full(&self, pass: &Passphrase) -> Result<Unlocked> {
-        if let crate::config::KeySource::Passphrase { kdf, salt } = self.key_source() {
-            let mk = MasterKey::from_bytes(crate::kdf::derive(pass, salt, kdf)?.expose());
+        if let crate::format::config::KeySource::Passphrase { kdf, salt } = self.key_source() {
+            let mk = MasterKey::from_bytes(crate::crypto::kdf::derive(pass, salt, kdf)?.expose());
             // No slot: a wrong passphrase shows only as a MAC mismatch.
             return match self.verify(&mk) {
                 Ok(()) => Ok(Unlocked {
@@ -483,7 +483,7 @@ impl VolumeConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::VolumeParams;
+    use crate::format::config::VolumeParams;
 
     fn cheap() -> Argon2Params {
         Argon2Params {

@@ -5,11 +5,11 @@
 //! stored key (volume section, `key_source = passphrase`).
 
 use super::{Kek, KeySlot};
-use crate::config::{get, parse_b64, parse_num, Fields};
-use crate::encoding::b64;
+use crate::crypto::kdf::{self, Argon2Params, SALT_LEN};
+use crate::crypto::secret::Passphrase;
 use crate::error::{Error, Result};
-use crate::kdf::{self, Argon2Params, SALT_LEN};
-use crate::secret::Passphrase;
+use crate::format::config::{get, parse_b64, parse_num, Fields};
+use crate::format::encoding::b64;
 
 /// Fields of a passphrase slot besides the common ones.
 pub const FIELDS: &[&str] = &[

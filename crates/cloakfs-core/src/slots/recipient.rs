@@ -10,9 +10,9 @@
 //! `age -d -i IDENTITY` decrypts it to the KEK.
 
 use super::{Kek, KeySlot};
-use crate::config::Fields;
-use crate::encoding::b64;
 use crate::error::{Error, Result};
+use crate::format::config::Fields;
+use crate::format::encoding::b64;
 use std::io::{Read, Write};
 use zeroize::Zeroizing;
 

@@ -11,11 +11,11 @@
 //! Fields: `salt` (b64 of 32 random bytes).
 
 use super::{Kek, KeySlot};
-use crate::config::Fields;
-use crate::encoding::b64;
+use crate::crypto::keys::hkdf_expand;
+use crate::crypto::secret::SecretBytes;
 use crate::error::{Error, Result};
-use crate::keys::hkdf_expand;
-use crate::secret::SecretBytes;
+use crate::format::config::Fields;
+use crate::format::encoding::b64;
 use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 

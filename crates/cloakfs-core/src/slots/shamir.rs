@@ -13,9 +13,9 @@
 //! volume or slot are refused with a clear error instead of silently producing a wrong key.
 
 use super::{Kek, KeySlot};
-use crate::config::Fields;
-use crate::encoding::{b64, unb64};
 use crate::error::{Error, Result};
+use crate::format::config::Fields;
+use crate::format::encoding::{b64, unb64};
 use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
@@ -186,7 +186,7 @@ pub fn split(kek: &Kek, volume_id: [u8; 16], slot_id: u32, m: u8, n: u8) -> Resu
 }
 
 /// Fields, KEK and shares of a new shamir slot `slot_id` (see
-/// [`crate::config::VolumeConfig::next_slot_id`]).
+/// [`crate::format::config::VolumeConfig::next_slot_id`]).
 pub fn new_slot(
     volume_id: [u8; 16],
     slot_id: u32,

@@ -3,9 +3,9 @@
 
 #![allow(dead_code)]
 
-use cloakfs_core::config::VolumeParams;
-use cloakfs_core::kdf::Argon2Params;
-use cloakfs_core::secret::Passphrase;
+use cloakfs_core::crypto::kdf::Argon2Params;
+use cloakfs_core::crypto::secret::Passphrase;
+use cloakfs_core::format::config::VolumeParams;
 use cloakfs_core::Volume;
 use cloakfs_fuse::MountOptions;
 use std::io;
@@ -126,8 +126,12 @@ impl TestFs {
 
     /// The backing path of plaintext path `rel` (computed offline from the volume).
     pub fn backing(&self, rel: &str) -> PathBuf {
-        cloakfs_core::paths::encrypt_path(&unlock(&self.cipher), &self.cipher, Path::new(rel))
-            .expect("encrypt path")
+        cloakfs_core::tools::paths::encrypt_path(
+            &unlock(&self.cipher),
+            &self.cipher,
+            Path::new(rel),
+        )
+        .expect("encrypt path")
     }
 }
 

@@ -28,7 +28,7 @@ impl<const N: usize> SecretBytes<N> {
     /// Fresh random bytes from the operating system's CSPRNG.
     pub fn random() -> Self {
         let mut s = Self::zero();
-        crate::random::fill(&mut s.bytes[..]);
+        crate::crypto::random::fill(&mut s.bytes[..]);
         s
     }
 

@@ -2,7 +2,7 @@
 //! Used by offline tools and by tests; the FUSE front end does the same per directory.
 
 use crate::error::{Error, Result};
-use crate::names::{self, DirId, StoredName, DIRID_FILE};
+use crate::format::names::{self, DirId, StoredName, DIRID_FILE};
 use crate::volume::Volume;
 use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;

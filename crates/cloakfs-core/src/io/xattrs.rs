@@ -54,7 +54,7 @@ pub fn remove(path: &Path, name: &[u8]) -> io::Result<()> {
 
 /// Whether `name` is in the encrypted `user.` namespace.
 pub fn is_user(name: &[u8]) -> bool {
-    name.starts_with(crate::meta::USER_XATTR_PREFIX.as_bytes())
+    name.starts_with(crate::format::meta::USER_XATTR_PREFIX.as_bytes())
 }
 
 #[cfg(test)]

@@ -7,9 +7,9 @@
 //! written and fsynced before its entry.
 
 use crate::error::{Error, Result};
-use crate::file::ContentFile;
-use crate::names::StoredName;
-use crate::paths::{create_dir_id, read_dir_id, write_sidecar};
+use crate::format::names::StoredName;
+use crate::io::file::ContentFile;
+use crate::tools::paths::{create_dir_id, read_dir_id, write_sidecar};
 use crate::volume::Volume;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -35,7 +35,7 @@ impl<'v> Writer<'v> {
     /// long name's sidecar is written if needed.
     fn prepare(&self, plain: &Path) -> Result<PathBuf> {
         let name = plain.file_name().ok_or(Error::InvalidName)?;
-        let parent = crate::paths::encrypt_path(
+        let parent = crate::tools::paths::encrypt_path(
             self.volume,
             &self.cipherdir,
             plain.parent().unwrap_or(Path::new("")),
@@ -48,7 +48,7 @@ impl<'v> Writer<'v> {
 
     /// The backing path of an existing plaintext path.
     pub fn backing(&self, plain: &Path) -> Result<PathBuf> {
-        crate::paths::encrypt_path(self.volume, &self.cipherdir, plain)
+        crate::tools::paths::encrypt_path(self.volume, &self.cipherdir, plain)
     }
 
     /// Creates directory `plain` with its directory ID; returns the backing path.
@@ -128,9 +128,9 @@ impl<'v> Writer<'v> {
         match self.volume.meta().encrypt_xattr_name(name)? {
             Some(stored) => {
                 let v = self.volume.meta().encrypt_xattr_value(&stored, value)?;
-                crate::xattrs::set(&b, &stored, &v)?;
+                crate::io::xattrs::set(&b, &stored, &v)?;
             }
-            None => crate::xattrs::set(&b, name, value)?,
+            None => crate::io::xattrs::set(&b, name, value)?,
         }
         Ok(())
     }

@@ -7,10 +7,10 @@
 //! - user xattr value: nonce || AES-256-GCM(metadata key, nonce, value,
 //!   aad = "xattr:" || stored name) || tag.
 
-use crate::encoding::{b64, unb64};
+use crate::crypto::secret::SecretBytes;
 use crate::error::{Error, Result};
-use crate::names::NameCodec;
-use crate::secret::SecretBytes;
+use crate::format::encoding::{b64, unb64};
+use crate::format::names::NameCodec;
 use aes_gcm::aead::{AeadInPlace, KeyInit};
 use aes_gcm::Aes256Gcm;
 
@@ -57,7 +57,7 @@ impl MetaCodec {
     }
 
     fn seal(&self, aad: &[u8], data: &[u8]) -> Vec<u8> {
-        self.seal_with_nonce(&crate::random::array(), aad, data)
+        self.seal_with_nonce(&crate::crypto::random::array(), aad, data)
     }
 
     fn open(&self, aad: &[u8], sealed: &[u8], what: &str) -> Result<Vec<u8>> {

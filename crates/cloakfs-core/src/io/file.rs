@@ -8,10 +8,10 @@
 //! while they are written, and leave no ciphertext in the backing file's page cache (see
 //! `stream`).
 
-use crate::content::{ContentCodec, FileCipher, FileHeader, FileId, FreshNonce};
 use crate::error::{Error, Result};
-use crate::layout::{Layout, HEADER_LEN};
-use crate::stream::{self, Batches};
+use crate::format::content::{ContentCodec, FileCipher, FileHeader, FileId, FreshNonce};
+use crate::format::layout::{Layout, HEADER_LEN};
+use crate::io::stream::{self, Batches};
 use rayon::prelude::*;
 use std::cell::RefCell;
 use std::fs::File;
@@ -708,8 +708,8 @@ fn fallocate(file: &File, mode: i32, off: u64, len: u64) -> std::io::Result<()> 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::content::ContentSuite;
-    use crate::secret::SecretBytes;
+    use crate::crypto::secret::SecretBytes;
+    use crate::format::content::ContentSuite;
     use proptest::prelude::*;
 
     fn codec(strict: bool) -> Arc<ContentCodec> {

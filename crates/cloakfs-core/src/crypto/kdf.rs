@@ -3,8 +3,8 @@
 //! Parameters are stored per key slot; [`Argon2Params::calibrate`] picks an iteration count so
 //! that one derivation takes about the requested time on this machine.
 
+use crate::crypto::secret::{Passphrase, SecretBytes};
 use crate::error::{Error, Result};
-use crate::secret::{Passphrase, SecretBytes};
 use std::time::{Duration, Instant};
 
 /// Length of the random salt stored with each passphrase slot.

@@ -9,9 +9,9 @@
 //! `cloakfs.long.<base64url(SHA-256(encrypted))>`, with the full encrypted name in a sidecar file
 //! of the same name plus `.name`.
 
-use crate::encoding::{b64, unb64};
+use crate::crypto::secret::SecretBytes;
 use crate::error::{Error, Result};
-use crate::secret::SecretBytes;
+use crate::format::encoding::{b64, unb64};
 use aes_siv::siv::Aes256Siv;
 use aes_siv::KeyInit;
 use sha2::{Digest, Sha256};
@@ -38,7 +38,7 @@ pub struct DirId(pub [u8; 16]);
 impl DirId {
     /// A fresh random directory ID.
     pub fn random() -> Self {
-        Self(crate::random::array())
+        Self(crate::crypto::random::array())
     }
 }
 

@@ -1,10 +1,10 @@
 //! Translating paths between the plaintext view and the cipher directory without a mount (CFS
 //! `cname`), in both directions, long names included.
 
-use crate::config::CONFIG_FILE;
 use crate::error::{Error, Result};
-use crate::names::{self, DIRID_FILE};
-use crate::paths::read_dir_id;
+use crate::format::config::CONFIG_FILE;
+use crate::format::names::{self, DIRID_FILE};
+use crate::tools::paths::read_dir_id;
 use crate::volume::Volume;
 use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
@@ -67,7 +67,7 @@ pub fn lookup(
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(not_found(format!(
                     "{}: no such directory in the volume",
-                    crate::walk::display_plain(&child_plain)
+                    crate::tools::walk::display_plain(&child_plain)
                 )))
             }
             Err(e) => return Err(e.into()),
@@ -85,7 +85,7 @@ pub fn lookup(
             if target.is_absolute() {
                 return Err(Error::Refused(format!(
                     "{} is a symlink to {}, outside the volume",
-                    crate::walk::display_plain(&child_plain),
+                    crate::tools::walk::display_plain(&child_plain),
                     target.display()
                 )));
             }
@@ -112,7 +112,7 @@ pub fn lookup(
                 io::ErrorKind::NotADirectory,
                 format!(
                     "{} is not a directory",
-                    crate::walk::display_plain(&child_plain)
+                    crate::tools::walk::display_plain(&child_plain)
                 ),
             )));
         }
@@ -198,7 +198,7 @@ pub fn decrypt_path(volume: &Volume, cipherdir: &Path, backing: &Path) -> Result
                     })?;
                 volume.names().decrypt_long(&dir_id, b, full.trim_end())?
             }
-            names::EntryKind::Internal => match crate::walk::sidecar_entry(s) {
+            names::EntryKind::Internal => match crate::tools::walk::sidecar_entry(s) {
                 Some(entry) if last => {
                     let full = std::fs::read_to_string(dir.join(s))?;
                     volume

@@ -35,19 +35,19 @@
 //! For tests, the environment variable `CLOAKFS_REKEY_CRASH_AFTER=N` makes the process abort
 //! (as `kill -9` would) right after its N-th atomic step.
 
-use crate::blocks::{BlockReader, BlockState, CHUNK_BLOCKS};
-use crate::config::{config_path, VolumeConfig};
-use crate::content::{FileHeader, FileId};
-use crate::encoding::{b64, unb64};
+use crate::crypto::keys::MasterKey;
+use crate::crypto::secret::SecretBytes;
 use crate::error::{Error, Result};
-use crate::keys::MasterKey;
-use crate::names::{self, DirId, StoredName};
-use crate::secret::SecretBytes;
-use crate::volume::Volume;
-use crate::walk::{
+use crate::format::config::{config_path, VolumeConfig};
+use crate::format::content::{FileHeader, FileId};
+use crate::format::encoding::{b64, unb64};
+use crate::format::names::{self, DirId, StoredName};
+use crate::tools::blocks::{BlockReader, BlockState, CHUNK_BLOCKS};
+use crate::tools::walk::{
     internal_kind, is_payload, read_dir_id, InternalKind, Progress, REKEY_JOURNAL,
     REKEY_TEMP_PREFIX,
 };
+use crate::volume::Volume;
 use aes_gcm::aead::{AeadInPlace, KeyInit};
 use aes_gcm::Aes256Gcm;
 use rayon::prelude::*;
@@ -261,7 +261,7 @@ fn write_journal(
 ) -> Result<()> {
     let vid = new_config.params.volume_id;
     let text = new_config.to_json();
-    let nonce: [u8; 12] = crate::random::array();
+    let nonce: [u8; 12] = crate::crypto::random::array();
     let mut buf = SecretBytes::<32>::from_slice(new.expose());
     let tag = journal_cipher(old, &vid)
         .encrypt_in_place_detached(&nonce.into(), &journal_aad(&vid, &text), buf.expose_mut())
@@ -417,7 +417,7 @@ pub fn start(
     for id in &others {
         new_config.remove_slot(*id)?;
     }
-    new_config.rewrap_slot(slot_id, kek, &new_key, crate::random::array())?;
+    new_config.rewrap_slot(slot_id, kek, &new_key, crate::crypto::random::array())?;
     new_config.seal(&new_key);
     let new_volume = Volume::from_master_key(new_config.clone(), &new_key)?;
     write_journal(cipherdir, volume.master_key(), &new_key, &new_config)?;
@@ -492,8 +492,8 @@ fn finish_forward(
 /// Refuses to start on a volume with unreadable names or directories (a rekey could not
 /// convert them): `cloakfs fsck` shows them.
 fn preflight(volume: &Volume, cipherdir: &Path) -> Result<()> {
-    for item in crate::walk::Walker::new(volume, cipherdir) {
-        if let crate::walk::Item::Bad(b) = item {
+    for item in crate::tools::walk::Walker::new(volume, cipherdir) {
+        if let crate::tools::walk::Item::Bad(b) = item {
             return Err(Error::Refused(format!(
                 "{}: {}; rekey would not be able to convert it: run `cloakfs fsck` first",
                 b.location(),
@@ -526,7 +526,7 @@ fn rename_noreplace(from: &Path, to: &Path) -> std::io::Result<()> {
 }
 
 fn temp_name() -> String {
-    let r: [u8; 8] = crate::random::array();
+    let r: [u8; 8] = crate::crypto::random::array();
     let hex: String = r.iter().map(|b| format!("{b:02x}")).collect();
     format!("{REKEY_TEMP_PREFIX}{hex}")
 }
@@ -804,9 +804,9 @@ impl<'a> Engine<'a> {
         let dst = std::fs::OpenOptions::new().write(true).open(target)?;
         let cbs = self.to.content().layout().cipher_block_size();
         let len = smeta.len();
-        let header = crate::layout::HEADER_LEN;
+        let header = crate::format::layout::HEADER_LEN;
         let mut buf = vec![0u8; (cbs * CHUNK_BLOCKS) as usize];
-        let mut h = [0u8; crate::layout::HEADER_LEN as usize];
+        let mut h = [0u8; crate::format::layout::HEADER_LEN as usize];
         src.read_exact_at(&mut h[..header.min(len) as usize], 0)?;
         dst.write_all_at(&h[..header.min(len) as usize], 0)?;
         let mut off = header;
@@ -951,7 +951,7 @@ impl<'a> Engine<'a> {
             .join(temp_name());
         std::os::unix::fs::symlink(new, &tmp)?;
         let _ = std::os::unix::fs::lchown(&tmp, Some(meta.uid()), Some(meta.gid()));
-        let _ = crate::export::set_times_nofollow(&tmp, meta);
+        let _ = crate::tools::export::set_times_nofollow(&tmp, meta);
         if let Err(e) = std::fs::rename(&tmp, path) {
             let _ = std::fs::remove_file(&tmp);
             return Err(e.into());
@@ -964,7 +964,7 @@ impl<'a> Engine<'a> {
     /// Decides which key a `user.` xattr opens under; returns its plaintext name and value if
     /// it needs converting.
     fn xattr_state(&mut self, path: &Path, stored: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        let value = crate::xattrs::get(path, stored)?;
+        let value = crate::io::xattrs::get(path, stored)?;
         let to = self.to.meta();
         if to.decrypt_xattr_name(stored).is_ok() && to.decrypt_xattr_value(stored, &value).is_ok() {
             return Ok(None);
@@ -987,9 +987,9 @@ impl<'a> Engine<'a> {
 
     /// Re-encrypts the `user.` xattrs of `path` in place.
     fn xattrs(&mut self, path: &Path) -> Result<()> {
-        for stored in crate::xattrs::list(path)?
+        for stored in crate::io::xattrs::list(path)?
             .into_iter()
-            .filter(|n| crate::xattrs::is_user(n))
+            .filter(|n| crate::io::xattrs::is_user(n))
         {
             let Some((name, value)) = self.xattr_state(path, &stored)? else {
                 continue;
@@ -997,9 +997,9 @@ impl<'a> Engine<'a> {
             let meta = self.to.meta();
             let new_name = meta.encrypt_xattr_name(&name)?.expect("a user. name");
             let new_value = meta.encrypt_xattr_value(&new_name, &value)?;
-            crate::xattrs::set(path, &new_name, &new_value)?;
+            crate::io::xattrs::set(path, &new_name, &new_value)?;
             self.step();
-            crate::xattrs::remove(path, &stored)?;
+            crate::io::xattrs::remove(path, &stored)?;
             self.step();
             self.summary.xattrs += 1;
         }
@@ -1009,10 +1009,10 @@ impl<'a> Engine<'a> {
     /// Copies every xattr of `src` to `dst`, `user.` ones re-encrypted under the target key.
     /// Security labels the process may not set are skipped.
     fn copy_xattrs(&mut self, src: &Path, dst: &Path) -> Result<()> {
-        for stored in crate::xattrs::list(src)? {
-            if !crate::xattrs::is_user(&stored) {
-                let v = crate::xattrs::get(src, &stored)?;
-                match crate::xattrs::set(dst, &stored, &v) {
+        for stored in crate::io::xattrs::list(src)? {
+            if !crate::io::xattrs::is_user(&stored) {
+                let v = crate::io::xattrs::get(src, &stored)?;
+                match crate::io::xattrs::set(dst, &stored, &v) {
                     Err(_) if stored.starts_with(b"security.") => {}
                     r => r?,
                 }
@@ -1022,7 +1022,7 @@ impl<'a> Engine<'a> {
                 Some(x) => x,
                 None => {
                     let to = self.to.meta();
-                    let v = crate::xattrs::get(src, &stored)?;
+                    let v = crate::io::xattrs::get(src, &stored)?;
                     match (
                         to.decrypt_xattr_name(&stored),
                         to.decrypt_xattr_value(&stored, &v),
@@ -1030,7 +1030,7 @@ impl<'a> Engine<'a> {
                         (Ok(n), Ok(v)) => (n, v),
                         _ => {
                             // Damaged (a rollback keeps it): copied as it is.
-                            crate::xattrs::set(dst, &stored, &v)?;
+                            crate::io::xattrs::set(dst, &stored, &v)?;
                             continue;
                         }
                     }
@@ -1039,7 +1039,7 @@ impl<'a> Engine<'a> {
             let meta = self.to.meta();
             let new_name = meta.encrypt_xattr_name(&name)?.expect("a user. name");
             let new_value = meta.encrypt_xattr_value(&new_name, &value)?;
-            crate::xattrs::set(dst, &new_name, &new_value)?;
+            crate::io::xattrs::set(dst, &new_name, &new_value)?;
             self.summary.xattrs += 1;
         }
         Ok(())
@@ -1120,7 +1120,7 @@ impl<'a> Engine<'a> {
                     Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
                     _ => {}
                 }
-                crate::paths::write_sidecar(dir, &stored)?;
+                crate::tools::paths::write_sidecar(dir, &stored)?;
                 if let Ok(m) = std::fs::metadata(&sidecar) {
                     // Same mode as the old sidecar (the mount makes them read-only).
                     std::fs::set_permissions(&new_sidecar, m.permissions())?;
@@ -1159,7 +1159,7 @@ impl<'a> Engine<'a> {
                 continue;
             }
             let p = dir.join(n);
-            let entry = crate::walk::sidecar_entry(n.to_str().expect("classified as UTF-8"))
+            let entry = crate::tools::walk::sidecar_entry(n.to_str().expect("classified as UTF-8"))
                 .expect("a sidecar");
             let full = std::fs::read_to_string(&p).unwrap_or_default();
             let ours = [self.to, self.from].iter().any(|v| {

@@ -14,10 +14,10 @@
 //!
 //! The walker never follows symlinks and never changes anything.
 
-use crate::config::CONFIG_FILE;
 use crate::error::{Error, Result};
-use crate::names::{self, DirId, DIRID_FILE, LONG_SIDECAR_SUFFIX};
-use crate::paths::{parse_dir_id, DIRID_LEN};
+use crate::format::config::CONFIG_FILE;
+use crate::format::names::{self, DirId, DIRID_FILE, LONG_SIDECAR_SUFFIX};
+use crate::tools::paths::{parse_dir_id, DIRID_LEN};
 use crate::volume::Volume;
 use std::collections::{BTreeSet, VecDeque};
 use std::ffi::{OsStr, OsString};
@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 
 /// Prefix of the temporary files of an atomic config write (`cloakfs.conf.tmp.<pid>`).
 pub const CONFIG_TEMP_PREFIX: &str = "cloakfs.conf.tmp.";
-/// The rekey journal, next to the config (see [`crate::rekey`]).
+/// The rekey journal, next to the config (see [`crate::tools::rekey`]).
 pub const REKEY_JOURNAL: &str = "cloakfs.rekey";
 /// Prefix of the temporary entries a rekey creates in any directory.
 pub const REKEY_TEMP_PREFIX: &str = "cloakfs.rekey.tmp.";

@@ -1,15 +1,15 @@
 //! Verified sequential reading of a whole backing file, block by block, for the offline tools
 //! (cat, fsck, export, rekey).
 //!
-//! Unlike [`crate::file::ContentFile`], which fails a whole read when one block in it fails,
+//! Unlike [`crate::io::file::ContentFile`], which fails a whole read when one block in it fails,
 //! [`BlockReader::read_chunk`] opens every block of a chunk (in parallel for large chunks) and
 //! reports each failed block by number, so a tool can print everything before the first bad
 //! block (cat), list every bad block (fsck) or keep holes as holes (rekey). The plaintext of a
 //! failed block is never handed out: its bytes in the output are zero.
 
-use crate::content::{ContentCodec, FileCipher, FileHeader, FileId};
 use crate::error::{Error, Result};
-use crate::layout::{Layout, LayoutError, HEADER_LEN};
+use crate::format::content::{ContentCodec, FileCipher, FileHeader, FileId};
+use crate::format::layout::{Layout, LayoutError, HEADER_LEN};
 use rayon::prelude::*;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -234,9 +234,9 @@ impl BlockReader {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::content::ContentSuite;
-    use crate::file::ContentFile;
-    use crate::secret::SecretBytes;
+    use crate::crypto::secret::SecretBytes;
+    use crate::format::content::ContentSuite;
+    use crate::io::file::ContentFile;
     use std::sync::Arc;
 
     fn codec(strict: bool) -> Arc<ContentCodec> {
@@ -293,7 +293,7 @@ mod tests {
         );
 
         // Flip a byte in block 5: only block 5 fails, its bytes are zero.
-        crate::file::tests::flip_byte(t.path(), 18 + 5 * 4124 + 100);
+        crate::io::file::tests::flip_byte(t.path(), 18 + 5 * 4124 + 100);
         let r = BlockReader::open(&codec(false), File::open(t.path()).unwrap()).unwrap();
         let (all, states) = read_all(&r);
         assert_eq!(states[5], BlockState::Failed);

@@ -3,7 +3,7 @@
 //!
 //! Distinct labels keep every primitive on its own key (the gocryptfs audit's finding 2.4).
 
-use crate::secret::SecretBytes;
+use crate::crypto::secret::SecretBytes;
 use hkdf::Hkdf;
 use sha2::Sha256;
 

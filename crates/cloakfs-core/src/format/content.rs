@@ -8,28 +8,20 @@
 //!   XChaCha20-Poly1305: 24 bytes, draft-irtf-cfrg-xchacha);
 //! - an all-zero backing block is a hole (reads as zeros) unless the volume is strict.
 //!
-//! Implementations: AES-256-GCM is ring's (`gcm.rs`), sealing in place after one copy
-//! of the plaintext into the output, and opening in place: [`FileCipher::open_within`] lets a
-//! read open its run of blocks inside the buffer it read them into. Its output is
-//! byte-identical to RustCrypto's `aes-gcm` (the docs/FORMAT.md vectors, and a unit test below),
-//! which the first builds used, and to aws-lc-rs, which the builds of 2026-11-22 to -23 used.
-//! XChaCha20-Poly1305 is RustCrypto's `chacha20poly1305`. Nonces come straight from the OS RNG
-//! (getrandom(2)); a request that seals many blocks draws all their nonces in one call
-//! ([`FileCipher::fresh_nonces`]) instead of one syscall per block, which cost ~0.4 us per
-//! 4 KiB block, about a third of the AES-GCM time.
-//!
-//! Measured with `cargo bench -p cloakfs-core --bench crypto` (`file_cipher/aes-256-gcm/*`, one
-//! core, 4 KiB blocks, decimal units). On the first dev VM (Xeon, AVX-512): RustCrypto aes-gcm
-//! 0.10 sealed at 0.86 GB/s and opened at 0.88 GB/s per block; aws-lc-rs 1.19 at 6.2 / 7.1 GB/s
-//! over a 1 MiB run. On the AMD EPYC dev VM (AVX2 with VAES, no AVX-512), with ring: seal 3.6-4.0
-//! and open 4.2-4.6 GB/s over a 1 MiB run, in the run where aws-lc-rs gave 2.0-2.2 for either
-//! on one block and ring 4.3 / 3.6 (`aes256gcm_impl`).
+//! Implementations: AES-256-GCM is ring's (`crypto/gcm.rs`), sealing in place after one
+//! copy of the plaintext into the output, and opening in place: [`FileCipher::open_within`]
+//! lets a read open its run of blocks inside the buffer it read them into. Its output is
+//! byte-identical to RustCrypto's `aes-gcm` (the docs/FORMAT.md vectors, and a unit test below).
+//! XChaCha20-Poly1305 is RustCrypto's `chacha20poly1305`. Nonces come straight from the OS RNG;
+//! a request that seals many blocks draws all their nonces in one call
+//! ([`FileCipher::fresh_nonces`]), since one getrandom(2) per block costs a third of the
+//! AES-GCM time. Measurements are in docs/PERFORMANCE.md.
 
+use crate::crypto::gcm::GcmKey;
+use crate::crypto::keys::{hkdf_expand_into, label};
+use crate::crypto::secret::SecretBytes;
 use crate::error::{Error, Result};
-use crate::gcm::GcmKey;
-use crate::keys::{hkdf_expand_into, label};
-use crate::layout::{Layout, HEADER_LEN};
-use crate::secret::SecretBytes;
+use crate::format::layout::{Layout, HEADER_LEN};
 use chacha20poly1305::aead::{AeadInPlace, KeyInit};
 use chacha20poly1305::XChaCha20Poly1305;
 use zeroize::Zeroizing;
@@ -91,7 +83,7 @@ pub struct FileId(pub [u8; 16]);
 impl FileId {
     /// A fresh random file ID.
     pub fn random() -> Self {
-        Self(crate::random::array())
+        Self(crate::crypto::random::array())
     }
 }
 
@@ -234,7 +226,7 @@ impl FreshNonce {
         let n = &mut bytes[..drawn.len()];
         n.copy_from_slice(drawn);
         while n.iter().all(|&b| b == 0) {
-            crate::random::fill(n);
+            crate::crypto::random::fill(n);
         }
         Self {
             bytes,
@@ -292,7 +284,7 @@ impl FileCipher {
             return Vec::new();
         }
         let mut drawn = vec![0u8; count * self.nonce_len];
-        crate::random::fill(&mut drawn);
+        crate::crypto::random::fill(&mut drawn);
         drawn
             .chunks_exact(self.nonce_len)
             .map(FreshNonce::from_os)
@@ -305,7 +297,7 @@ impl FileCipher {
     pub fn seal(&self, block: u64, plain: &[u8], out: &mut [u8]) {
         let mut drawn = [0u8; MAX_NONCE_LEN];
         let drawn = &mut drawn[..self.nonce_len];
-        crate::random::fill(drawn);
+        crate::crypto::random::fill(drawn);
         self.seal_fresh(block, FreshNonce::from_os(drawn), plain, out);
     }
 
@@ -436,7 +428,7 @@ impl FileCipher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::keys::hkdf_expand;
+    use crate::crypto::keys::hkdf_expand;
 
     fn codec(suite: ContentSuite, strict: bool) -> ContentCodec {
         ContentCodec::new(suite, 4096, strict, SecretBytes::from_slice(&[7u8; 32]))

@@ -12,14 +12,14 @@
 //! `cloakfs.dirid` in the root, and gives an *empty* directory without a valid `cloakfs.dirid`
 //! a new one. It never deletes or rewrites anything that holds user data.
 
-use crate::blocks::{BlockReader, CHUNK_BLOCKS};
 use crate::error::{Error, Result};
-use crate::paths::create_dir_id;
-use crate::volume::Volume;
-use crate::walk::{
+use crate::tools::blocks::{BlockReader, CHUNK_BLOCKS};
+use crate::tools::paths::create_dir_id;
+use crate::tools::walk::{
     display_plain, BadKind, EntryType, Internal, InternalKind, Item, Progress, Walker,
     CONFIG_TEMP_PREFIX,
 };
+use crate::volume::Volume;
 use serde::{Serialize, Serializer};
 use std::collections::HashSet;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -176,15 +176,15 @@ struct Checker<'a> {
 }
 
 /// Checks the volume at `cipherdir` (see the module documentation). The volume must not be in
-/// the middle of a rekey ([`crate::rekey::check_not_rekeying`]).
+/// the middle of a rekey ([`crate::tools::rekey::check_not_rekeying`]).
 pub fn check(
     volume: &Volume,
     cipherdir: &Path,
     opts: Options,
     progress: &dyn Progress,
 ) -> Result<Report> {
-    crate::rekey::check_not_rekeying(cipherdir)?;
-    let (bytes, entries) = crate::walk::totals(cipherdir);
+    crate::tools::rekey::check_not_rekeying(cipherdir)?;
+    let (bytes, entries) = crate::tools::walk::totals(cipherdir);
     progress.start(bytes, entries);
     let mut c = Checker {
         volume,
@@ -268,8 +268,8 @@ impl Checker<'_> {
     fn config(&mut self, cipherdir: &Path) {
         let cfg = self.volume.config();
         self.report.counts.slots = cfg.slots().len() as u64;
-        let path = crate::config::config_path(cipherdir);
-        match crate::config::VolumeConfig::load(cipherdir) {
+        let path = crate::format::config::config_path(cipherdir);
+        match crate::format::config::VolumeConfig::load(cipherdir) {
             Ok(disk) if &disk == cfg => {}
             Ok(_) => {
                 self.push(
@@ -294,7 +294,7 @@ impl Checker<'_> {
             // A kind this version does not know is kept as it is (a newer cloakfs made it).
             if slot.is_known_kind() {
                 match f.get("wrapped") {
-                    Some(w) if crate::encoding::unb64_array::<60>(w).is_some() => {}
+                    Some(w) if crate::format::encoding::unb64_array::<60>(w).is_some() => {}
                     Some(_) => bad.push("wrapped key is not 60 base64url bytes".into()),
                     None => bad.push("no wrapped key".into()),
                 }
@@ -304,12 +304,12 @@ impl Checker<'_> {
                     }
                 }
             }
-            if slot.kind() == crate::config::kind::PASSPHRASE {
+            if slot.kind() == crate::format::config::kind::PASSPHRASE {
                 if let Err(e) = slot.argon2() {
                     bad.push(e.to_string());
                 }
                 match f.get("salt") {
-                    Some(s) if crate::encoding::unb64_array::<32>(s).is_some() => {}
+                    Some(s) if crate::format::encoding::unb64_array::<32>(s).is_some() => {}
                     _ => bad.push("salt is not 32 base64url bytes".into()),
                 }
             }
@@ -380,7 +380,7 @@ impl Checker<'_> {
             first += n;
         }
         self.progress
-            .advance(crate::layout::HEADER_LEN.min(r.backing_len()), 0);
+            .advance(crate::format::layout::HEADER_LEN.min(r.backing_len()), 0);
         if !failed.is_empty() {
             let shown: Vec<String> = failed.iter().take(10).map(u64::to_string).collect();
             let more = if failed.len() > 10 { ", ..." } else { "" };
@@ -424,7 +424,7 @@ impl Checker<'_> {
     }
 
     fn xattrs(&mut self, backing: &Path, plain: &Path) {
-        let names = match crate::xattrs::list(backing) {
+        let names = match crate::io::xattrs::list(backing) {
             Ok(n) => n,
             Err(e) => {
                 self.push(
@@ -438,7 +438,7 @@ impl Checker<'_> {
                 return;
             }
         };
-        for stored in names.iter().filter(|n| crate::xattrs::is_user(n)) {
+        for stored in names.iter().filter(|n| crate::io::xattrs::is_user(n)) {
             self.report.counts.xattrs += 1;
             let shown = String::from_utf8_lossy(stored).into_owned();
             let name = match self.volume.meta().decrypt_xattr_name(stored) {
@@ -455,7 +455,7 @@ impl Checker<'_> {
                     continue;
                 }
             };
-            let res = crate::xattrs::get(backing, stored)
+            let res = crate::io::xattrs::get(backing, stored)
                 .map_err(Error::from)
                 .and_then(|v| self.volume.meta().decrypt_xattr_value(stored, &v));
             if let Err(e) = res {
@@ -527,7 +527,7 @@ impl Checker<'_> {
                 // Holds at most the ID written before the rename that publishes it.
                 let only_id = std::fs::read_dir(&i.backing).is_ok_and(|rd| {
                     rd.flatten()
-                        .all(|e| e.file_name() == crate::names::DIRID_FILE)
+                        .all(|e| e.file_name() == crate::format::names::DIRID_FILE)
                 });
                 let detail = if only_id {
                     "directory left half-made by an interrupted mkdir (it holds nothing)".into()
@@ -543,7 +543,7 @@ impl Checker<'_> {
                     only_id,
                 );
                 self.repair(p, || {
-                    match std::fs::remove_file(backing.join(crate::names::DIRID_FILE)) {
+                    match std::fs::remove_file(backing.join(crate::format::names::DIRID_FILE)) {
                         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
                         _ => {}
                     }
@@ -563,7 +563,7 @@ impl Checker<'_> {
             }
             InternalKind::StrayReserved => {
                 let root_dirid =
-                    name == crate::names::DIRID_FILE && i.dir_plain.as_os_str().is_empty();
+                    name == crate::format::names::DIRID_FILE && i.dir_plain.as_os_str().is_empty();
                 let detail = if root_dirid {
                     "the root directory has no cloakfs.dirid (its ID is the volume ID)".to_string()
                 } else {
@@ -594,7 +594,7 @@ impl Checker<'_> {
         }
     }
 
-    fn bad(&mut self, b: crate::walk::Bad) {
+    fn bad(&mut self, b: crate::tools::walk::Bad) {
         let dir = Some(b.dir_plain.as_path());
         match b.kind {
             BadKind::DirIdMissing | BadKind::DirIdInvalid => {
@@ -618,7 +618,7 @@ impl Checker<'_> {
                 let p = self.push(kind, &b.backing, b.plain.as_deref(), None, detail, empty);
                 let backing = b.backing.clone();
                 self.repair(p, || {
-                    let id = backing.join(crate::names::DIRID_FILE);
+                    let id = backing.join(crate::format::names::DIRID_FILE);
                     match std::fs::remove_file(&id) {
                         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
                         _ => {}

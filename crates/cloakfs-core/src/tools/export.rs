@@ -6,10 +6,10 @@
 //! directory without its `cloakfs.dirid`) is skipped and listed; nothing unauthenticated is
 //! ever written out: a file that fails part-way is removed from the destination again.
 
-use crate::blocks::{BlockReader, CHUNK_BLOCKS};
 use crate::error::{Error, Result};
+use crate::tools::blocks::{BlockReader, CHUNK_BLOCKS};
+use crate::tools::walk::{display_plain, EntryType, InternalKind, Item, Progress, Walker};
 use crate::volume::Volume;
-use crate::walk::{display_plain, EntryType, InternalKind, Item, Progress, Walker};
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::{File, FileTimes, Metadata};
@@ -103,9 +103,9 @@ pub fn export(
     dest: &Path,
     progress: &dyn Progress,
 ) -> Result<ExportReport> {
-    crate::rekey::check_not_rekeying(cipherdir)?;
+    crate::tools::rekey::check_not_rekeying(cipherdir)?;
     prepare_destination(cipherdir, dest)?;
-    let (bytes, entries) = crate::walk::totals(cipherdir);
+    let (bytes, entries) = crate::tools::walk::totals(cipherdir);
     progress.start(bytes, entries);
     let mut x = Exporter {
         volume,
@@ -263,7 +263,7 @@ impl Exporter<'_> {
             let mut off = 0usize;
             for (i, s) in chunk.states.iter().enumerate() {
                 let len = r.layout().block_len(first + i as u64, r.size()) as usize;
-                if *s != crate::blocks::BlockState::Hole {
+                if *s != crate::tools::blocks::BlockState::Hole {
                     out.write_all_at(&self.out[off..off + len], (first + i as u64) * bs)
                         .map_err(|e| format!("cannot write: {e}"))?;
                 }
@@ -345,14 +345,14 @@ impl Exporter<'_> {
 
     /// Copies the decrypted `user.` xattrs (others, such as ACLs, are not copied).
     fn xattrs(&mut self, backing: &Path, target: &Path) {
-        let Ok(names) = crate::xattrs::list(backing) else {
+        let Ok(names) = crate::io::xattrs::list(backing) else {
             return;
         };
-        for stored in names.iter().filter(|n| crate::xattrs::is_user(n)) {
+        for stored in names.iter().filter(|n| crate::io::xattrs::is_user(n)) {
             let meta = self.volume.meta();
             let (Ok(name), Ok(value)) = (
                 meta.decrypt_xattr_name(stored),
-                crate::xattrs::get(backing, stored)
+                crate::io::xattrs::get(backing, stored)
                     .map_err(Error::from)
                     .and_then(|v| meta.decrypt_xattr_value(stored, &v)),
             ) else {
@@ -362,7 +362,7 @@ impl Exporter<'_> {
                 ));
                 continue;
             };
-            if let Err(e) = crate::xattrs::set(target, &name, &value) {
+            if let Err(e) = crate::io::xattrs::set(target, &name, &value) {
                 if !self.xattr_note {
                     self.xattr_note = true;
                     self.report.notes.push(format!(

@@ -5,13 +5,13 @@
 //! is HMAC-SHA256 under a subkey of the master key, so any change to a parameter, a flag or a
 //! slot is detected once the volume is unlocked, whichever slot unlocked it.
 
-use crate::content::ContentSuite;
-use crate::encoding::{b64, unb64_array};
+use crate::crypto::kdf::{Argon2Params, SALT_LEN};
+use crate::crypto::keys::{label, MasterKey};
+use crate::crypto::secret::SecretBytes;
 use crate::error::{Error, Result};
-use crate::kdf::{Argon2Params, SALT_LEN};
-use crate::keys::{label, MasterKey};
-use crate::names::{LONG_NAME_MAX_DEFAULT, LONG_NAME_MAX_MIN};
-use crate::secret::SecretBytes;
+use crate::format::content::ContentSuite;
+use crate::format::encoding::{b64, unb64_array};
+use crate::format::names::{LONG_NAME_MAX_DEFAULT, LONG_NAME_MAX_MIN};
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
@@ -57,7 +57,7 @@ impl VolumeParams {
     /// Defaults with a fresh random volume ID.
     pub fn new() -> Self {
         Self {
-            volume_id: crate::random::array(),
+            volume_id: crate::crypto::random::array(),
             content: ContentSuite::Aes256Gcm,
             block_size: 4096,
             long_name_max: LONG_NAME_MAX_DEFAULT,
@@ -262,11 +262,11 @@ impl VolumeConfig {
     /// these parameters. Returns the config (sealed) and the master key.
     pub fn new_no_stored_key(
         params: VolumeParams,
-        pass: &crate::secret::Passphrase,
+        pass: &crate::crypto::secret::Passphrase,
         kdf: Argon2Params,
         salt: [u8; SALT_LEN],
     ) -> Result<(Self, MasterKey)> {
-        let mk = MasterKey::from_bytes(crate::kdf::derive(pass, &salt, &kdf)?.expose());
+        let mk = MasterKey::from_bytes(crate::crypto::kdf::derive(pass, &salt, &kdf)?.expose());
         let mut c = Self {
             params,
             key_source: KeySource::Passphrase { kdf, salt },
@@ -494,7 +494,7 @@ fn check_fields(f: &Fields) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::secret::Passphrase;
+    use crate::crypto::secret::Passphrase;
 
     fn cheap() -> Argon2Params {
         Argon2Params {

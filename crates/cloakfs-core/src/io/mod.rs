@@ -1,0 +1,6 @@
+//! I/O on backing files: plaintext reads and writes of one file, streaming, and the xattrs of
+//! backing entries.
+
+pub mod file;
+pub(crate) mod stream;
+pub mod xattrs;

@@ -1,0 +1,11 @@
+//! Offline tools that work on a cipher directory without a mount: walking it, translating
+//! paths, reading files block by block, checking, exporting, rekeying and writing entries.
+
+pub mod blocks;
+pub mod export;
+pub mod fsck;
+pub mod paths;
+pub mod rekey;
+pub mod translate;
+pub mod walk;
+pub mod writer;
