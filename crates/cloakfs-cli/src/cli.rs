@@ -21,6 +21,9 @@ pub enum Command {
     Unmount(crate::commands::unmount::UnmountArgs),
     /// Show a volume's format, ciphers and key slots (no secret needed).
     Info(crate::commands::info::InfoArgs),
+    /// The volumes this machine has opened and their key fingerprints (key pinning).
+    #[command(subcommand)]
+    Known(crate::commands::known::KnownCommand),
     /// Change a passphrase (re-wraps the master key; no file is rewritten).
     Passwd(crate::commands::passwd::PasswdArgs),
     /// List, add or remove key slots.

@@ -8,7 +8,8 @@ pub mod code {
     pub const WRONG_SECRET: u8 = 1;
     /// Bad command line (clap uses 2 as well).
     pub const USAGE: u8 = 2;
-    /// No volume, or its config is damaged, tampered with or of an unknown version.
+    /// No volume, or its config is damaged, tampered with, of an unknown version, or opens to
+    /// another master key than this machine remembers (it may have been replaced).
     pub const VOLUME: u8 = 3;
     /// The mount failed (mount point, /dev/fuse, fusermount3, kernel).
     pub const MOUNT: u8 = 4;
@@ -68,7 +69,8 @@ impl From<cloakfs_core::Error> for Failure {
             E::NotAVolume(..)
             | E::ConfigDamaged(_)
             | E::ConfigTampered
-            | E::UnsupportedVersion { .. } => code::VOLUME,
+            | E::UnsupportedVersion { .. }
+            | E::KeyChanged(_) => code::VOLUME,
             _ => code::OTHER,
         };
         Self::new(code, e.to_string())

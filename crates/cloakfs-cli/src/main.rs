@@ -18,8 +18,8 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 const SUBCOMMANDS: &[&str] = &[
-    "init", "mount", "unmount", "umount", "info", "passwd", "slots", "cat", "name", "fsck",
-    "export", "rekey", "daemon", "attach", "detach", "status", "authz", "auth", "sessions",
+    "init", "mount", "unmount", "umount", "info", "known", "passwd", "slots", "cat", "name",
+    "fsck", "export", "rekey", "daemon", "attach", "detach", "status", "authz", "auth", "sessions",
     "revoke", "help",
 ];
 
@@ -65,6 +65,7 @@ fn main() -> ExitCode {
         Command::Mount(a) => commands::mount::run(a),
         Command::Unmount(a) => commands::unmount::run(a),
         Command::Info(a) => commands::info::run(a),
+        Command::Known(a) => commands::known::run(a),
         Command::Passwd(a) => commands::passwd::run(a),
         Command::Slots(a) => commands::slots::run(a),
         Command::Cat(a) => commands::cat::run(a),

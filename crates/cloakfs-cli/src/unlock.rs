@@ -13,10 +13,12 @@ use crate::secret_input::{read_passphrase, read_secret_file, Confirm};
 use cloakfs_core::crypto::secret::Passphrase;
 use cloakfs_core::format::config::VolumeConfig;
 use cloakfs_core::format::encoding::b64;
+use cloakfs_core::known_volumes::{KnownVolumes, Pinned};
 use cloakfs_core::slots::recipient::{Identities, Loaded};
 use cloakfs_core::slots::recovery::RecoveryKey;
 use cloakfs_core::slots::shamir::Share;
 use cloakfs_core::slots::{self, kind, KeySlot, Unlocked};
+use cloakfs_core::tools::rekey;
 use cloakfs_core::Volume;
 use std::path::Path;
 use zeroize::Zeroizing;
@@ -24,8 +26,33 @@ use zeroize::Zeroizing;
 /// Unlocks the volume at `cipherdir` with the secrets in `args`.
 pub fn unlock(args: &UnlockArgs, cipherdir: &Path) -> Result<Volume> {
     let config = VolumeConfig::load(cipherdir)?;
-    let u = open_config(args, &config, |_| true)?;
+    let u = open_config(args, &config, cipherdir, |_| true)?;
     into_volume(config, u)
+}
+
+/// Checks the key that opened the volume at `cipherdir` against the one this machine
+/// remembers for it (key pinning, [`cloakfs_core::known_volumes`]); remembers a volume seen
+/// for the first time and says so. Every unlock goes through here.
+pub fn check_pinned(cipherdir: &Path, config: &VolumeConfig, u: &Unlocked) -> Result<()> {
+    let id = config.params.volume_id;
+    let fp = u.master_key.fingerprint(&id);
+    let known = KnownVolumes::for_this_user()?;
+    let rekeying = rekey::journal_path(cipherdir).exists();
+    match known.check(cipherdir, &id, &fp, rekeying)? {
+        Pinned::Known => {}
+        Pinned::FirstUse => eprintln!(
+            "cloakfs: first use of volume {} on this machine; its master-key fingerprint is {fp} \
+             (remembered in {})",
+            b64(&id),
+            known.path().display()
+        ),
+        Pinned::NotRemembered(why) => eprintln!(
+            "cloakfs: warning: volume {} cannot be remembered on this machine ({why}), so a \
+             replaced config would go unnoticed; its master-key fingerprint is {fp}",
+            b64(&id)
+        ),
+    }
+    Ok(())
 }
 
 /// The unlocked volume, remembering which slot opened it (for rekey).
@@ -37,9 +64,23 @@ pub fn into_volume(config: VolumeConfig, u: Unlocked) -> Result<Volume> {
     })
 }
 
-/// Opens `config` with the secrets in `args`, trying only the slots `allow` accepts. The config
-/// MAC is verified.
+/// Opens `config` (of the volume at `cipherdir`) with the secrets in `args`, trying only the
+/// slots `allow` accepts. The config MAC is verified, and the key checked against the one
+/// this machine remembers ([`check_pinned`]).
 pub fn open_config(
+    args: &UnlockArgs,
+    config: &VolumeConfig,
+    cipherdir: &Path,
+    allow: impl Fn(&KeySlot) -> bool,
+) -> Result<Unlocked> {
+    let u = open_config_unpinned(args, config, allow)?;
+    check_pinned(cipherdir, config, &u)?;
+    Ok(u)
+}
+
+/// [`open_config`] without the pinning check: only for `cloakfs known accept`, which shows
+/// the user what changed and asks before it trusts the key.
+pub fn open_config_unpinned(
     args: &UnlockArgs,
     config: &VolumeConfig,
     allow: impl Fn(&KeySlot) -> bool,
@@ -55,7 +96,7 @@ pub fn open_config(
         let pass = read_passphrase(args, "Passphrase: ", Confirm::Once)?;
         return Ok(config.unlock_passphrase_full(&pass)?);
     }
-    Session::read(args, config)?.open(config, allow)
+    Session::read(args, config)?.open_unpinned(config, allow)
 }
 
 /// Secrets read once, to try against the slots of one config (possibly several times).
@@ -93,8 +134,21 @@ impl<'a> Session<'a> {
         })
     }
 
-    /// Tries the slots that `allow` accepts (and `--slot`, if given).
+    /// Tries the slots that `allow` accepts (and `--slot`, if given), and checks the key
+    /// against the one this machine remembers for the volume at `cipherdir`.
     pub fn open(
+        &mut self,
+        config: &VolumeConfig,
+        cipherdir: &Path,
+        allow: impl Fn(&KeySlot) -> bool,
+    ) -> Result<Unlocked> {
+        let u = self.open_unpinned(config, allow)?;
+        check_pinned(cipherdir, config, &u)?;
+        Ok(u)
+    }
+
+    /// [`Session::open`] without the pinning check, to learn which slots a secret opens.
+    pub fn open_unpinned(
         &mut self,
         config: &VolumeConfig,
         allow: impl Fn(&KeySlot) -> bool,

@@ -54,7 +54,7 @@ fn mount_daemonizes_and_unmount_flushes() {
 fn foreground_mount_stays_attached_until_unmounted() {
     let f = Fixture::new();
     let (mut child, line) = start_until_first_line(
-        Command::new(BIN)
+        bin()
             .args(["mount", "--foreground", "--passfile", s(&f.pass)])
             .args([s(&f.cipher), s(&f.mnt)])
             .stderr(Stdio::piped()),
@@ -88,7 +88,7 @@ fn extpass_and_stdin_passphrase_sources() {
     assert!(out.status.success(), "{}", stderr(&out));
     MountGuard(f.mnt.clone()).unmount();
 
-    let mut child = Command::new(BIN)
+    let mut child = bin()
         .args(["mount", "--passfile", "-", s(&f.cipher), s(&f.mnt)])
         .stdin(Stdio::piped())
         .stderr(Stdio::piped())
@@ -425,7 +425,7 @@ fn a_background_mount_syncs_new_directory_ids() {
 fn sigterm_unmounts_and_keeps_data() {
     let f = Fixture::new();
     let (mut child, _ready) = start_until_first_line(
-        Command::new(BIN)
+        bin()
             .args(["mount", "-f", "--passfile", s(&f.pass)])
             .args([s(&f.cipher), s(&f.mnt)]),
     );

@@ -78,9 +78,18 @@ impl Vol {
         s(&self.f.pass)
     }
 
+    /// Runs `cloakfs CMD --passfile PASS REST...` with the fixture's record of known volumes.
     fn run(&self, args: &[&str]) -> Output {
         let (cmd, rest) = args.split_first().unwrap();
-        cloakfs(&[&[*cmd, "--passfile", self.p()], rest].concat())
+        self.bin()
+            .args([&[*cmd, "--passfile", self.p()], rest].concat())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    fn bin(&self) -> Command {
+        self.f.bin()
     }
 
     fn backing(&self, plain: &str) -> PathBuf {
@@ -680,7 +689,8 @@ fn rekey_refuses_journal_other_slots_and_resume_without_journal() {
 
 /// Runs `cloakfs rekey ARGS` with the crash hook set to `n`; returns whether it aborted.
 fn rekey_crashing(v: &Vol, extra: &[&str], n: u64) -> bool {
-    let out = Command::new(BIN)
+    let out = v
+        .bin()
         .args([&["rekey", "--passfile", v.p()], extra, &[v.c()]].concat())
         .env("CLOAKFS_REKEY_CRASH_AFTER", n.to_string())
         .stdin(std::process::Stdio::null())
@@ -710,14 +720,20 @@ fn steps_of(out: &Output) -> u64 {
         .unwrap()
 }
 
-/// Copies the cipher directory of `v` to a fresh fixture (same passphrase).
+/// Copies the cipher directory of `v` to a fresh fixture (same passphrase). A clone has the
+/// volume ID of the original, so it gets a machine of its own (a copy of the record of known
+/// volumes): a rekey of one clone must not make the others look replaced.
 fn clone_vol(v: &Vol) -> Vol {
-    let f = Fixture::bare();
+    let mut f = Fixture::bare();
     let st = Command::new("cp")
         .args(["-a", v.c(), s(&f.cipher)])
         .status()
         .unwrap();
     assert!(st.success());
+    f.state = f.tmp.path().join("known-volumes");
+    std::fs::create_dir(&f.state).unwrap();
+    let record = v.f.state.join("known_volumes.json");
+    std::fs::copy(&record, f.state.join("known_volumes.json")).unwrap();
     Vol {
         f,
         files: v.files.clone(),
@@ -816,7 +832,7 @@ fn rekey_stops_cleanly_on_sigint_and_resumes() {
     }
     drop(w_vol);
     for delay_ms in [150u64, 400] {
-        let child = Command::new(BIN)
+        let child = bin()
             .args(["rekey", "--passfile", v.p(), v.c()])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())

@@ -33,7 +33,7 @@ fn ok(out: &Output) -> String {
 
 /// Runs cloakfs with extra environment variables.
 fn cloakfs_env(args: &[&str], env: &[(&str, &Path)]) -> Output {
-    let mut c = Command::new(BIN);
+    let mut c = bin();
     c.args(args).stdin(Stdio::null());
     for (k, v) in env {
         c.env(k, v);
@@ -43,7 +43,7 @@ fn cloakfs_env(args: &[&str], env: &[(&str, &Path)]) -> Output {
 
 /// Runs cloakfs with `input` on standard input.
 fn cloakfs_stdin(args: &[&str], input: &[u8]) -> Output {
-    let mut child = Command::new(BIN)
+    let mut child = bin()
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -1398,4 +1398,284 @@ fn secrets_of_a_kind_the_volume_lacks() {
         "--recovery",
     ]);
     assert!(ok(&out).contains("slot 3 (recovery)"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Key pinning: a config replaced by someone who can write the cipher directory
+
+/// The attacker's config: a volume with the attacker's own master key, whose one slot opens
+/// with what the victim holds (built by the attacker with public information only), and the
+/// victim's volume ID (so only the key tells it apart) or a fresh one.
+fn forged_config(
+    victim: &Fixture,
+    keep_volume_id: bool,
+    kind: &str,
+    fields: cloakfs_core::format::config::Fields,
+    kek: &cloakfs_core::slots::Kek,
+) -> String {
+    use cloakfs_core::crypto::keys::MasterKey;
+    use cloakfs_core::format::config::{VolumeConfig, VolumeParams};
+    let mut params = VolumeParams::new();
+    if keep_volume_id {
+        params.volume_id = VolumeConfig::load(&victim.cipher).unwrap().params.volume_id;
+    }
+    let mk = MasterKey::generate();
+    let mut c = VolumeConfig::new(params);
+    c.add_slot(
+        &mk,
+        kind,
+        "",
+        fields,
+        kek,
+        cloakfs_core::crypto::random::array(),
+    )
+    .unwrap();
+    c.seal(&mk);
+    c.to_json()
+}
+
+fn plant_config(victim: &Fixture, json: &str) {
+    std::fs::write(victim.cipher.join("cloakfs.conf"), json).unwrap();
+}
+
+/// Every command that unlocks refuses the volume with exit 3 and one line.
+fn refused_everywhere(f: &Fixture, unlock: &[&str], env: &[(&str, &Path)]) {
+    let c = s(&f.cipher);
+    let mnt = s(&f.mnt);
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["mount", c, mnt],
+        vec!["cat", c, "secret.txt"],
+        vec!["fsck", c],
+        vec!["export", c, "/nonexistent-export-dest"],
+        vec!["name", c, "secret.txt"],
+        vec!["slots", "test", c],
+    ];
+    for args in commands {
+        let mut cmd = f.bin();
+        cmd.args([&args[..], unlock].concat()).stdin(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        assert_fails(&out, 3, "may have been replaced");
+        assert!(!is_mounted(&f.mnt), "{args:?} mounted the forged volume");
+    }
+}
+
+/// The volume of `f` seen from another machine: its own record of known volumes.
+fn on_another_machine(f: &Fixture) -> Fixture {
+    let mut o = Fixture::bare();
+    o.cipher = f.cipher.clone();
+    o.pass = f.pass.clone();
+    o.state = o.tmp.path().join("other-machine");
+    o
+}
+
+/// Gives the victim's volume a recipient slot for `public`, opens it once with `unlock`, then
+/// plants the attacker's configs (the attacker's own volume with the same recipient: what
+/// `cloakfs init` + `cloakfs slots add --recipient` make), with a fresh volume ID and with
+/// the victim's, and checks that each is refused.
+fn forged_recipient_configs_are_refused(f: &Fixture, public: &str, unlock: &[&str]) {
+    ok(&f.run(&[
+        "slots",
+        "add",
+        s(&f.cipher),
+        "--passfile",
+        s(&f.pass),
+        "--recipient",
+        public,
+    ]));
+    ok(&f.run(&[&["slots", "test", s(&f.cipher)], unlock].concat()));
+    let recipients = cloakfs_core::slots::recipient::Recipients::parse(public).unwrap();
+    let original = config_text(f);
+    for keep_id in [false, true] {
+        let (fields, kek) = cloakfs_core::slots::recipient::new_slot(&recipients).unwrap();
+        plant_config(f, &forged_config(f, keep_id, "recipient", fields, &kek));
+        refused_everywhere(f, unlock, &[]);
+    }
+    plant_config(f, &original);
+}
+
+#[test]
+fn replaced_config_with_an_age_recipient_is_refused_after_first_use() {
+    let f = Fixture::new();
+    let id = f.tmp.path().join("victim.key");
+    run_tool(Command::new(tool("age-keygen")).arg("-o").arg(&id));
+    let public =
+        String::from_utf8(run_tool(Command::new("age-keygen").arg("-y").arg(&id)).stdout).unwrap();
+    let unlock = ["--identity", s(&id)];
+    forged_recipient_configs_are_refused(&f, public.trim(), &unlock);
+    // On a machine that never opened the volume, the first unlock shows the fingerprint...
+    let fresh = on_another_machine(&f);
+    let test = [&["slots", "test", s(&f.cipher)], &unlock[..]].concat();
+    let out = fresh.run(&test);
+    let err = stderr(&out);
+    ok(&out);
+    let record = cloakfs_core::known_volumes::KnownVolumes::at(&fresh.state)
+        .list()
+        .unwrap();
+    assert_eq!(record.len(), 1);
+    assert!(
+        err.contains("first use of volume")
+            && err.contains(&format!("fingerprint is {}", record[0].fingerprint)),
+        "{err}"
+    );
+    // ... and only the first.
+    let out = fresh.run(&test);
+    ok(&out);
+    assert!(!stderr(&out).contains("first use"));
+}
+
+#[test]
+fn replaced_config_with_an_ssh_recipient_is_refused() {
+    let f = Fixture::new();
+    let key = ssh_keygen(f.tmp.path(), "victim", &["-t", "ed25519"], "");
+    let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+    forged_recipient_configs_are_refused(&f, public.trim(), &["--identity", s(&key)]);
+}
+
+#[test]
+fn a_gpg_slot_opens_only_by_public_key_decryption() {
+    let f = Fixture::new();
+    let home = GnuPgHome::new(Some("cloakfs victim <victim@example.org>"));
+    let env = [("GNUPGHOME", home.path())];
+    ok(&cloakfs_env(
+        &[
+            "slots",
+            "add",
+            s(&f.cipher),
+            "--passfile",
+            s(&f.pass),
+            "--gpg-recipient",
+            "victim@example.org",
+        ],
+        &env,
+    ));
+    // The attacker has no key at all: the "encrypted" KEK is an unencrypted literal packet
+    // (`gpg --store`), which `gpg --decrypt` prints with exit 0.
+    let kek = cloakfs_core::slots::Kek::random();
+    let plain = file(&f, "kek.bin", kek.expose());
+    let packet = f.tmp.path().join("kek.pgp");
+    run_tool(
+        Command::new("gpg")
+            .env("GNUPGHOME", home.path())
+            .args(["--batch", "--yes", "--store", "--output"])
+            .arg(&packet)
+            .arg(&plain),
+    );
+    let mut fields = cloakfs_core::format::config::Fields::new();
+    fields.insert("gpg_recipients".into(), "victim@example.org".into());
+    fields.insert(
+        "gpg".into(),
+        cloakfs_core::format::encoding::b64(&std::fs::read(&packet).unwrap()),
+    );
+    plant_config(&f, &forged_config(&f, true, "gpg", fields, &kek));
+    // Refused even on a machine that never opened the volume: nothing was decrypted.
+    let fresh = on_another_machine(&f);
+    for who in [&f, &fresh] {
+        let mut cmd = who.bin();
+        cmd.args(["slots", "test", s(&f.cipher), "--gpg"])
+            .env("GNUPGHOME", home.path())
+            .stdin(Stdio::null());
+        assert_fails(
+            &cmd.output().unwrap(),
+            3,
+            "not encrypted to a key in your keyring",
+        );
+    }
+    assert!(!fresh.state.join("known_volumes.json").exists());
+    // A real public-key encryption to the victim (anyone can make one: the key is public) is
+    // a config replacement that pinning catches.
+    let enc = f.tmp.path().join("kek.gpg");
+    run_tool(
+        Command::new("gpg")
+            .env("GNUPGHOME", home.path())
+            .args(["--batch", "--yes", "--trust-model", "always", "--encrypt"])
+            .args(["--recipient", "victim@example.org", "--output"])
+            .arg(&enc)
+            .arg(&plain),
+    );
+    let mut fields = cloakfs_core::format::config::Fields::new();
+    fields.insert("gpg_recipients".into(), "victim@example.org".into());
+    fields.insert(
+        "gpg".into(),
+        cloakfs_core::format::encoding::b64(&std::fs::read(&enc).unwrap()),
+    );
+    plant_config(&f, &forged_config(&f, true, "gpg", fields, &kek));
+    refused_everywhere(&f, &["--gpg"], &env);
+}
+
+#[test]
+fn a_volume_rekeyed_elsewhere_is_accepted_only_when_asked() {
+    let f = Fixture::new();
+    let other = on_another_machine(&f);
+    ok(&other.run(&["rekey", "--passfile", s(&f.pass), s(&f.cipher)]));
+    let out = f.run(&["slots", "test", "--passfile", s(&f.pass), s(&f.cipher)]);
+    assert_fails(&out, 3, "cloakfs known accept");
+    let new_fp = cloakfs_core::known_volumes::KnownVolumes::at(&other.state)
+        .list()
+        .unwrap()[0]
+        .fingerprint
+        .to_string();
+    let accept = |extra: &[&str]| {
+        f.run(
+            &[
+                &["known", "accept", "--passfile", s(&f.pass)],
+                extra,
+                &[s(&f.cipher)],
+            ]
+            .concat(),
+        )
+    };
+    // No terminal and no fingerprint: refused; a wrong or malformed one: refused.
+    assert_fails(&accept(&[]), 2, "--fingerprint");
+    let wrong = "A".repeat(43);
+    assert_fails(&accept(&["--fingerprint", &wrong]), 3, "not to");
+    assert_fails(
+        &accept(&["--fingerprint", "nonsense"]),
+        2,
+        "not a key fingerprint",
+    );
+    assert_fails(
+        &f.run(&["slots", "test", "--passfile", s(&f.pass), s(&f.cipher)]),
+        3,
+        "may have been replaced",
+    );
+    let out = ok(&accept(&["--fingerprint", &new_fp]));
+    assert!(out.contains("Remembered"), "{out}");
+    ok(&f.run(&["slots", "test", "--passfile", s(&f.pass), s(&f.cipher)]));
+    // What info and list show.
+    let info = ok(&f.run(&["info", s(&f.cipher)]));
+    assert!(
+        info.contains(&format!("this machine remembers {new_fp}")),
+        "{info}"
+    );
+    let list = ok(&f.run(&["known", "list", "--json"]));
+    assert!(list.contains(&new_fp), "{list}");
+    // Forget it: the next unlock is a first use again.
+    ok(&f.run(&["known", "forget", s(&f.cipher)]));
+    let out = f.run(&["slots", "test", "--passfile", s(&f.pass), s(&f.cipher)]);
+    ok(&out);
+    assert!(stderr(&out).contains("first use"));
+    assert_fails(
+        &f.run(&["known", "forget", "/nonexistent-volume-dir"]),
+        2,
+        "give a cipher directory or a volume ID",
+    );
+}
+
+#[test]
+fn a_new_volume_in_a_known_directory_is_refused_until_accepted() {
+    let f = Fixture::new();
+    // The volume is removed and another one made in its place by someone else (another
+    // machine): this machine still remembers the first one there.
+    std::fs::remove_dir_all(&f.cipher).unwrap();
+    let other = on_another_machine(&f);
+    assert!(other.init(&[]).status.success());
+    let out = f.run(&["slots", "test", "--passfile", s(&f.pass), s(&f.cipher)]);
+    assert_fails(&out, 3, "held volume");
+    // A volume made here with `init` is trusted here.
+    std::fs::remove_dir_all(&f.cipher).unwrap();
+    assert!(f.init(&[]).status.success());
+    ok(&f.run(&["slots", "test", "--passfile", s(&f.pass), s(&f.cipher)]));
 }

@@ -50,6 +50,10 @@ pub enum Error {
     /// an interrupted rekey.
     #[error("{0}")]
     Busy(String),
+    /// The volume opens to another master key than the one this machine remembers for it
+    /// (key pinning): its config may have been replaced.
+    #[error("{0}")]
+    KeyChanged(String),
     /// An operating-system error.
     #[error("{0}")]
     Io(#[from] io::Error),

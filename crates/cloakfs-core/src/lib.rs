@@ -5,7 +5,8 @@
 //! - [`slots`]: key slots of every kind (passphrase, key file, recovery key, age/ssh
 //!   recipients, Shamir shares; PKCS#11 and GnuPG slots get their KEK in the CLI);
 //! - [`io`]: plaintext reads and writes of one backing file, and backing xattrs;
-//! - [`volume`]: an unlocked volume;
+//! - [`volume`]: an unlocked volume; [`known_volumes`]: key pinning, the volumes this machine
+//!   has opened;
 //! - [`tools`]: offline tools (walk, translate, fsck, export, rekey, writer).
 //!
 //! The on-disk format is specified byte for byte in `docs/FORMAT.md`.
@@ -16,6 +17,7 @@ pub mod crypto;
 pub mod error;
 pub mod format;
 pub mod io;
+pub mod known_volumes;
 pub mod slots;
 pub mod tools;
 pub mod volume;

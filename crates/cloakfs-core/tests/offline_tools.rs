@@ -291,7 +291,7 @@ fn rekey_moves_everything_to_a_new_key_and_rollback_restores() {
     ));
     assert!(fsck::check(&new, &c, Options::default(), &NoProgress).is_err());
     assert!(
-        rekey::resume(&new, &c, &NoProgress).is_err(),
+        rekey::resume(&new, &c, None, &NoProgress).is_err(),
         "damaged journal"
     );
     std::fs::remove_file(rekey::journal_path(&c)).unwrap();
@@ -322,6 +322,7 @@ fn rekey_refuses_other_slots_unless_dropped() {
         &c,
         rekey::Options {
             drop_other_slots: true,
+            known: None,
         },
         &NoProgress,
     )

@@ -182,7 +182,8 @@ impl CloakFs {
 
     /// Decrypts the listing of directory `dir` from backing offset `from` (0: the start): its
     /// entries in backing order, `.` and `..` included, without cloakfs's own files and
-    /// without names that fail to decrypt. Each entry carries the backing offset that resumes
+    /// without names that fail to decrypt (logged once each). A full listing in which names
+    /// exist but none decrypts is EIO. Each entry carries the backing offset that resumes
     /// after it, so offsets stay as stable as the backing file system makes them, across
     /// handles too.
     pub(crate) fn list(&self, dir: &Inode, from: u64) -> Res<Vec<ListEntry>> {
@@ -194,6 +195,7 @@ impl CloakFs {
             d.seek(from as i64).map_err(errno)?;
         }
         let mut out = Vec::new();
+        let (mut decrypted, mut undecryptable) = (0usize, 0usize);
         while let Some(ent) = d.read() {
             let ent = ent.map_err(errno)?;
             let raw = ent.file_name().to_bytes();
@@ -217,6 +219,7 @@ impl CloakFs {
             }
             let Ok(name) = std::str::from_utf8(raw) else {
                 self.warn_bad_name(dir, raw, "backing name is not text");
+                undecryptable += 1;
                 continue;
             };
             let plain = match names::classify(name) {
@@ -237,9 +240,11 @@ impl CloakFs {
                 Ok(p) => p,
                 Err(why) => {
                     self.warn_bad_name(dir, raw, why);
+                    undecryptable += 1;
                     continue;
                 }
             };
+            decrypted += 1;
             let kind = match kind_of_dirent(ent.file_type()) {
                 Some(k) => k,
                 None => {
@@ -259,6 +264,16 @@ impl CloakFs {
                 backing: Some(name.to_string()),
                 next,
             });
+        }
+        if from == 0 && decrypted == 0 && undecryptable > 0 {
+            // Not an empty listing: that is what a volume whose config was replaced would
+            // show, and the user must see that something is wrong.
+            tracing::error!(
+                "{}: none of its {undecryptable} entries decrypts (a wrong or replaced volume \
+                 config, or a directory from another volume): listing refused with EIO",
+                sys::describe(dir.fd())
+            );
+            return Err(Errno::EIO);
         }
         Ok(out)
     }

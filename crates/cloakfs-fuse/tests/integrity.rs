@@ -239,10 +239,122 @@ fn file_moved_to_another_backing_directory_is_not_listed() {
     let to = fs.backing("b").join(from.file_name().unwrap());
     fs::rename(&from, &to).unwrap();
     fs.mount();
-    assert!(names(&fs.p("b")).is_empty());
+    // Its only entry does not decrypt: the listing is an error, not an empty directory.
+    assert_eq!(errno(&list_error(&fs.p("b"))), libc::EIO);
     assert!(names(&fs.p("a")).is_empty());
     assert_eq!(errno(&fs::read(fs.p("b/f")).unwrap_err()), libc::ENOENT);
     assert_eq!(errno(&fs::read(fs.p("a/f")).unwrap_err()), libc::ENOENT);
+}
+
+#[test]
+fn a_planted_file_of_holes_never_lends_its_id_to_new_data() {
+    // Someone who can write the cipher directory copies a real file's header into another
+    // file and gives it holes only, sparse or as zero bytes: nothing authenticates that ID.
+    let data: Vec<u8> = (0..3 * 4096).map(|i| (i % 251) as u8).collect();
+    let mut fs = volume_with(
+        &[
+            ("orig", &data),
+            ("sparse", b""),
+            ("zeros", b""),
+            ("mine", &data),
+        ],
+        &[],
+    );
+    let orig = fs.backing("orig");
+    let header = fs::read(&orig).unwrap()[..18].to_vec();
+    let cbs = 4096 + 28;
+    for (name, sparse) in [("sparse", true), ("zeros", false)] {
+        let f = OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(fs.backing(name))
+            .unwrap();
+        f.write_all_at(&header, 0).unwrap();
+        if sparse {
+            f.set_len(18 + 3 * cbs).unwrap();
+        } else {
+            f.write_all_at(&vec![0u8; 3 * cbs as usize], 18).unwrap();
+        }
+    }
+    let mine_header = fs::read(fs.backing("mine")).unwrap()[..18].to_vec();
+    fs.mount();
+    for name in ["sparse", "zeros", "mine"] {
+        let f = OpenOptions::new().write(true).open(fs.p(name)).unwrap();
+        f.write_all_at(&[0x5a; 4096], 4096).unwrap();
+        f.sync_all().unwrap();
+    }
+    fs.unmount();
+    for name in ["sparse", "zeros"] {
+        let planted = fs::read(fs.backing(name)).unwrap();
+        assert_ne!(
+            planted[..18],
+            header[..],
+            "{name}: new data under the planted ID"
+        );
+        // Its new block moved over the original's block 1 does not authenticate there.
+        let o = OpenOptions::new().write(true).open(&orig).unwrap();
+        let block1 = &planted[18 + cbs as usize..18 + 2 * cbs as usize];
+        o.write_all_at(block1, 18 + cbs).unwrap();
+    }
+    // A file with data of its own keeps its ID.
+    assert_eq!(fs::read(fs.backing("mine")).unwrap()[..18], mine_header[..]);
+    fs.mount();
+    let mut expect = vec![0u8; 3 * 4096];
+    expect[4096..8192].fill(0x5a);
+    assert_eq!(fs::read(fs.p("sparse")).unwrap(), expect);
+    assert_eq!(fs::read(fs.p("zeros")).unwrap(), expect);
+    let mut mine = data.clone();
+    mine[4096..8192].fill(0x5a);
+    assert_eq!(fs::read(fs.p("mine")).unwrap(), mine);
+    assert_eq!(errno(&fs::read(fs.p("orig")).unwrap_err()), libc::EIO);
+}
+
+/// The error of listing `dir` (read_dir itself, or its first entry).
+fn list_error(dir: &Path) -> std::io::Error {
+    match fs::read_dir(dir) {
+        Err(e) => e,
+        Ok(mut r) => match r.next() {
+            Some(Err(e)) => e,
+            other => panic!("{} listed: {other:?}", dir.display()),
+        },
+    }
+}
+
+#[test]
+fn a_directory_where_no_name_decrypts_is_eio_not_empty() {
+    // A config replaced by one with another master key: the tree looks like that to the
+    // mount (in a test of the daemon alone, without the key pinning of the command line).
+    let mut fs = volume_with(&[("a", b"1"), ("b", b"2"), ("d/c", b"3")], &["d"]);
+    // Same volume ID (so the directory IDs are the same), another key.
+    let ours = cloakfs_core::format::config::VolumeConfig::load(&fs.cipher).unwrap();
+    let mk = cloakfs_core::crypto::keys::MasterKey::generate();
+    let mut fresh = cloakfs_core::format::config::VolumeConfig::new(ours.params.clone());
+    fresh
+        .add_passphrase_slot(
+            &mk,
+            &cloakfs_core::crypto::secret::Passphrase::new(PASS.to_vec()),
+            kdf(),
+            "",
+            cloakfs_core::format::config::SlotRandomness::fresh(),
+        )
+        .unwrap();
+    fresh.seal(&mk);
+    fresh.save(&fs.cipher).unwrap();
+    captured_log();
+    fs.mount();
+    assert_eq!(errno(&list_error(&fs.mnt)), libc::EIO);
+    let root = fs.cipher.to_string_lossy().into_owned();
+    let lines = log_lines_with("none of its 3 entries decrypts");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("ERROR") && l.contains(&root)),
+        "{lines:?}"
+    );
+    fs.unmount();
+    // An empty directory is still just empty.
+    let empty = TestFs::new();
+    assert!(names(&empty.mnt).is_empty());
 }
 
 #[test]

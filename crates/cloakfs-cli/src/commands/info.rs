@@ -3,6 +3,8 @@
 use crate::failure::Result;
 use clap::Args;
 use cloakfs_core::format::config::{config_path, VolumeConfig, FORMAT_VERSION};
+use cloakfs_core::format::encoding::b64;
+use cloakfs_core::known_volumes::KnownVolumes;
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]
@@ -18,6 +20,7 @@ pub fn run(args: InfoArgs) -> Result<()> {
         "config:          {}",
         config_path(&args.cipherdir).display()
     );
+    println!("volume ID:       {}", b64(&p.volume_id));
     println!("format version:  {FORMAT_VERSION}");
     println!("content cipher:  {}", p.content.name());
     println!("name cipher:     aes-256-siv");
@@ -29,6 +32,22 @@ pub fn run(args: InfoArgs) -> Result<()> {
     println!("long name max:   {}", p.long_name_max);
     if let Some(k) = crate::commands::slots::describe_key_source(&c) {
         println!("key source:      {k}");
+    }
+    // The fingerprint is derived from the master key: without a secret, only what this machine
+    // remembers can be shown, and it says nothing about the config on disk now.
+    let remembered = KnownVolumes::for_this_user().and_then(|k| k.get(&p.volume_id));
+    match remembered {
+        Ok(Some(v)) => println!(
+            "key fingerprint: needs the key to compute; this machine remembers {} (since {})",
+            v.fingerprint,
+            humantime::format_rfc3339_seconds(
+                std::time::UNIX_EPOCH + std::time::Duration::from_secs(v.first_seen)
+            )
+        ),
+        Ok(None) => println!(
+            "key fingerprint: needs the key to compute; this machine has not opened this volume"
+        ),
+        Err(e) => println!("key fingerprint: needs the key to compute ({e})"),
     }
     println!("key slots:       {}", c.slots().len());
     for s in c.slots() {

@@ -8,6 +8,7 @@ use cloakfs_core::crypto::kdf::{Argon2Params, DEFAULT_MEMORY_KIB};
 use cloakfs_core::format::config::VolumeParams;
 use cloakfs_core::format::content::ContentSuite;
 use cloakfs_core::format::names::{LONG_NAME_MAX_DEFAULT, LONG_NAME_MAX_MIN};
+use cloakfs_core::known_volumes::KnownVolumes;
 use cloakfs_core::Volume;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -66,11 +67,12 @@ pub fn run(args: InitArgs) -> Result<()> {
     };
     kdf.validate()
         .map_err(|e| Failure::usage(format!("KDF parameters: {e}")))?;
-    if args.no_stored_key {
-        Volume::create_no_stored_key(&args.cipherdir, params.clone(), &pass, kdf)?;
+    let volume = if args.no_stored_key {
+        Volume::create_no_stored_key(&args.cipherdir, params.clone(), &pass, kdf)?
     } else {
-        Volume::create(&args.cipherdir, params.clone(), &pass, kdf)?;
-    }
+        Volume::create(&args.cipherdir, params.clone(), &pass, kdf)?
+    };
+    let fp = volume.master_key().fingerprint(&params.volume_id);
     println!(
         "Created cloakfs volume in {} ({}, {} KiB blocks, Argon2id m={} MiB t={}).",
         args.cipherdir.display(),
@@ -85,6 +87,19 @@ pub fn run(args: InitArgs) -> Result<()> {
              changed (cloakfs passwd) and no other key slot can be added; a weak passphrase is \
              the whole key."
         );
+    }
+    // Made here, so trusted here: whatever this machine remembered for the directory goes.
+    match KnownVolumes::for_this_user()
+        .and_then(|k| k.accept(&args.cipherdir, &params.volume_id, &fp).map(|_| k))
+    {
+        Ok(k) => println!(
+            "Master-key fingerprint: {fp} (remembered on this machine in {}).",
+            k.path().display()
+        ),
+        Err(e) => eprintln!(
+            "cloakfs: warning: the volume cannot be remembered on this machine ({e}); its \
+             master-key fingerprint is {fp}"
+        ),
     }
     println!(
         "Mount it with: cloakfs mount {} MOUNTPOINT",

@@ -7,6 +7,7 @@ pub mod export;
 pub mod fsck;
 pub mod info;
 pub mod init;
+pub mod known;
 pub mod mount;
 pub mod name;
 pub mod passwd;

@@ -41,7 +41,7 @@ pub fn run(args: PasswdArgs) -> Result<()> {
             "--passfile and --new-passfile name the same file",
         ));
     }
-    let u = crate::unlock::open_config(&args.unlock, &config, |_| true)?;
+    let u = crate::unlock::open_config(&args.unlock, &config, &args.cipherdir, |_| true)?;
     let slot = config
         .slot(u.slot_id)
         .cloned()

@@ -5,6 +5,7 @@
 use super::fsck::Bar;
 use crate::args::UnlockArgs;
 use crate::failure::{code, Failure, Result};
+use cloakfs_core::known_volumes::KnownVolumes;
 use cloakfs_core::tools::rekey::{self, Options, Outcome};
 use std::path::PathBuf;
 
@@ -45,19 +46,21 @@ pub fn run(args: RekeyArgs) -> Result<()> {
         )));
     }
     let volume = crate::unlock::unlock(&args.unlock, &cipherdir)?;
+    let known = KnownVolumes::for_this_user()?;
     let bar = Bar::new("re-encrypting");
     bar.catch_signals();
     let start = std::time::Instant::now();
     let res = if args.resume {
-        rekey::resume(&volume, &cipherdir, &bar)
+        rekey::resume(&volume, &cipherdir, Some(&known), &bar)
     } else if args.rollback {
-        rekey::rollback(&volume, &cipherdir, &bar)
+        rekey::rollback(&volume, &cipherdir, Some(&known), &bar)
     } else {
         rekey::start(
             &volume,
             &cipherdir,
             Options {
                 drop_other_slots: args.drop_other_slots,
+                known: Some(&known),
             },
             &bar,
         )

@@ -269,7 +269,7 @@ fn list(cipherdir: &Path) -> Result<()> {
 
 fn test(args: TestArgs) -> Result<()> {
     let config = VolumeConfig::load(&args.cipherdir)?;
-    let u = unlock::open_config(&args.unlock, &config, |_| true)?;
+    let u = unlock::open_config(&args.unlock, &config, &args.cipherdir, |_| true)?;
     match config.slot(u.slot_id) {
         Some(s) => println!("{} opens the volume.", describe(s)),
         None => println!("The passphrase opens the volume (no stored key)."),
@@ -306,10 +306,10 @@ fn remove(args: RemoveArgs) -> Result<()> {
         return Err(refusal());
     }
     let mut session = unlock::Session::read(&args.unlock, &config)?;
-    let u = match session.open(&config, |s| s.id() != target) {
+    let u = match session.open(&config, &args.cipherdir, |s| s.id() != target) {
         Ok(u) => u,
         Err(e) => {
-            if session.open(&config, |s| s.id() == target).is_ok() {
+            if session.open_unpinned(&config, |s| s.id() == target).is_ok() {
                 return Err(refusal());
             }
             return Err(e);
@@ -450,7 +450,7 @@ fn add(args: AddArgs) -> Result<()> {
         std::fs::create_dir_all(dir)
             .map_err(|e| Failure::other(format!("share directory {}: {e}", dir.display())))?;
     }
-    let u = unlock::open_config(&unlock_args, &config, |_| true)?;
+    let u = unlock::open_config(&unlock_args, &config, &args.cipherdir, |_| true)?;
     let mk = &u.master_key;
     let volume_id = config.params.volume_id;
     let id = config.next_slot_id();

@@ -7,6 +7,17 @@ use std::process::{Command, Output};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_cloakfs");
 
+/// Where the tests' `cloakfs` keeps its record of known volumes (key pinning): under the
+/// build's temporary directory, not the machine's own record.
+pub const STATE_DIR: &str = concat!(env!("CARGO_TARGET_TMPDIR"), "/known-volumes");
+
+/// The `cloakfs` binary, with the tests' state directory.
+pub fn bin() -> Command {
+    let mut c = Command::new(BIN);
+    c.env("CLOAKFS_STATE_DIR", STATE_DIR);
+    c
+}
+
 /// Cheap KDF flags: tests measure behaviour, not brute-force cost.
 pub const CHEAP_KDF: [&str; 4] = ["--kdf-memory", "64", "--kdf-iterations", "1"];
 
@@ -16,6 +27,9 @@ pub struct Fixture {
     pub cipher: PathBuf,
     pub mnt: PathBuf,
     pub pass: PathBuf,
+    /// The record of known volumes its commands use (key pinning): the tests' shared one
+    /// unless a test gives the fixture a machine of its own.
+    pub state: PathBuf,
 }
 
 impl Fixture {
@@ -32,7 +46,24 @@ impl Fixture {
             cipher,
             mnt,
             pass,
+            state: PathBuf::from(STATE_DIR),
         }
+    }
+
+    /// The `cloakfs` binary with this fixture's record of known volumes.
+    pub fn bin(&self) -> Command {
+        let mut c = bin();
+        c.env("CLOAKFS_STATE_DIR", &self.state);
+        c
+    }
+
+    /// Runs `cloakfs ARGS` with this fixture's record of known volumes.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.bin()
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
     }
 
     /// A fixture with an initialized volume.
@@ -44,7 +75,7 @@ impl Fixture {
     }
 
     pub fn init(&self, extra: &[&str]) -> Output {
-        cloakfs(
+        self.run(
             &[
                 &["init", "--passfile", s(&self.pass)],
                 &CHEAP_KDF[..],
@@ -57,7 +88,7 @@ impl Fixture {
 
     /// `cloakfs mount` (daemonized), returning its output.
     pub fn mount(&self, extra: &[&str]) -> Output {
-        cloakfs(
+        self.run(
             &[
                 &["mount", "--passfile", s(&self.pass)],
                 extra,
@@ -110,7 +141,7 @@ pub fn s(p: &Path) -> &str {
 }
 
 pub fn cloakfs(args: &[&str]) -> Output {
-    Command::new(BIN)
+    bin()
         .args(args)
         .stdin(std::process::Stdio::null())
         .output()

@@ -28,6 +28,8 @@ pub mod label {
     pub const CONFIG_MAC: &str = "config-mac";
     /// Info prefix of a per-file key (followed by the 16-byte file ID).
     pub const FILE: &str = "file";
+    /// The master key's public fingerprint, which a machine remembers per volume (key pinning).
+    pub const FINGERPRINT: &str = "key-fingerprint";
 }
 
 /// The volume's random master key. Stored on disk only wrapped by key slots.
@@ -50,9 +52,40 @@ impl MasterKey {
         self.0.expose()
     }
 
+    /// The key's fingerprint: HKDF-derived like a subkey, so it reveals nothing about the key
+    /// or any other subkey, yet changes whenever the key does.
+    pub fn fingerprint(&self, volume_id: &[u8; 16]) -> KeyFingerprint {
+        let fp: SecretBytes<32> = self.subkey(volume_id, label::FINGERPRINT);
+        KeyFingerprint(*fp.expose())
+    }
+
     /// Derives the subkey for `label` into `N` bytes.
     pub fn subkey<const N: usize>(&self, volume_id: &[u8; 16], label: &str) -> SecretBytes<N> {
         hkdf_expand(self.0.expose(), Some(volume_id), label.as_bytes(), &[])
+    }
+}
+
+/// A master key's fingerprint ([`MasterKey::fingerprint`]): public, shown to users and kept
+/// by each machine that opened the volume. Displayed as unpadded base64url.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct KeyFingerprint(pub [u8; 32]);
+
+impl KeyFingerprint {
+    /// Parses the displayed form (unpadded base64url of 32 bytes).
+    pub fn parse(text: &str) -> Option<Self> {
+        crate::format::encoding::unb64_array(text.trim()).map(Self)
+    }
+}
+
+impl std::fmt::Display for KeyFingerprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&crate::format::encoding::b64(&self.0))
+    }
+}
+
+impl std::fmt::Debug for KeyFingerprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "KeyFingerprint({self})")
     }
 }
 

@@ -51,6 +51,10 @@ struct State {
     /// opening a file does not touch the backing file's access time).
     loaded: bool,
     cipher: Option<FileCipher>,
+    /// Whether the file ID is known to be this file's own: drawn here, or one of the file's
+    /// blocks authenticated under it. An ID found in a file of holes only proves nothing (a
+    /// copied header): new data is never sealed under it (FORMAT.md 8.4).
+    id_owned: bool,
     size: u64,
     /// Whether the backing file may have holes, which a write inside the file fills and so
     /// needs new space for (see `write_at`).
@@ -88,6 +92,7 @@ impl ContentFile {
             written: Batches::default(),
             loaded: len == 0,
             cipher: None,
+            id_owned: false,
             size: codec.layout().plain_size_lenient(len),
             holes: may_have_holes(&meta),
         };
@@ -297,11 +302,13 @@ impl ContentFile {
         data: &[u8],
         reserve: bool,
     ) -> Result<(u64, u64)> {
-        let mut header = self.new_header(st);
-        if off > st.size {
+        let mut header = self.new_header(st)?;
+        if off > st.size || st.size > 0 {
             if let Some(h) = header.take() {
-                self.write_header(&h)?;
+                self.put_header(st, &h)?;
             }
+        }
+        if off > st.size {
             self.extend(st, off)?;
         }
         let layout = self.layout();
@@ -393,6 +400,7 @@ impl ContentFile {
         if new_size == 0 {
             self.file.set_len(0)?;
             st.cipher = None;
+            st.id_owned = false;
             st.size = 0;
             st.holes = false;
             st.loaded = true;
@@ -405,6 +413,8 @@ impl ContentFile {
         let layout = self.layout();
         let rem = (new_size % layout.block_size()) as usize;
         if rem != 0 {
+            // The new last block is sealed: under the file's own ID.
+            self.ensure_header(&mut st)?;
             let b = new_size / layout.block_size();
             let cipher = st.cipher.as_ref().expect("non-empty file has a header");
             let old_len = layout.block_len(b, old) as usize;
@@ -521,28 +531,86 @@ impl ContentFile {
         Ok(())
     }
 
-    /// Gives a file that has no data a fresh header and file ID. A header-only file also gets
-    /// a new ID, so an ID planted by someone else is never used for new data.
+    /// Gives a file whose ID is not its own (no data, or holes only) a fresh header and file
+    /// ID before anything is sealed under it.
     fn ensure_header(&self, st: &mut State) -> Result<()> {
-        match self.new_header(st) {
-            Some(header) => self.write_header(&header),
+        match self.new_header(st)? {
+            Some(header) => self.put_header(st, &header),
             None => Ok(()),
         }
     }
 
-    /// For a file that has no data: a fresh header, already keying `st`, for the caller to
-    /// write ahead of its first block in one system call (`None` if the file has data).
-    /// Whatever the backing file holds then (nothing, a header, or a header and fewer bytes
-    /// than a sealed block's overhead) lies within that write, so nothing old survives it.
-    fn new_header(&self, st: &mut State) -> Option<[u8; HEADER_LEN as usize]> {
-        if st.size > 0 {
-            return None;
+    /// Writes a fresh `header` alone: a file without data becomes header-only; a file of
+    /// holes keeps its length, since its holes read as zeros under any ID.
+    fn put_header(&self, st: &State, header: &[u8; HEADER_LEN as usize]) -> Result<()> {
+        if st.size == 0 {
+            self.write_header(header)
+        } else {
+            Ok(self.file.write_all_at(header, 0)?)
+        }
+    }
+
+    /// For a file whose ID is not its own yet: a fresh header, already keying `st`, for the
+    /// caller to write (`None` if the file keeps its ID). For a file without data the caller
+    /// may write it ahead of its first block in one system call: whatever the backing file
+    /// holds then (nothing, a header, or a header and fewer bytes than a sealed block's
+    /// overhead) lies within that write, so nothing old survives it.
+    fn new_header(&self, st: &mut State) -> Result<Option<[u8; HEADER_LEN as usize]>> {
+        // A file without data gets a fresh ID every time: a failed first write may have
+        // taken its header away again (put_back).
+        if st.size > 0 && (st.id_owned || self.first_sealed_block_opens(st)?) {
+            st.id_owned = true;
+            return Ok(None);
         }
         let header = FileHeader {
             id: FileId::random(),
         };
         st.cipher = Some(self.codec.file_cipher(header.id));
-        Some(header.to_bytes())
+        st.id_owned = true;
+        Ok(Some(header.to_bytes()))
+    }
+
+    /// Whether the file has a sealed (non-hole) block, after opening the first one: that
+    /// proves the ID its header holds is the file's own. `false` for a file of holes only;
+    /// an error if that block does not authenticate. Unallocated ranges are skipped where the
+    /// backing file system reports them (SEEK_DATA), so a sparse file costs no reads.
+    fn first_sealed_block_opens(&self, st: &State) -> Result<bool> {
+        let layout = self.layout();
+        let cipher = st
+            .cipher
+            .as_ref()
+            .ok_or_else(|| tampered("file has data but no header".into()))?;
+        let blocks = layout.block_count(st.size);
+        let cbs = layout.cipher_block_size();
+        let mut sealed = vec![0u8; cbs as usize];
+        let mut plain = vec![0u8; layout.block_size() as usize];
+        let mut b = 0;
+        while b < blocks {
+            match rustix::fs::seek(
+                &self.file,
+                rustix::fs::SeekFrom::Data(layout.cipher_offset(b)),
+            ) {
+                Ok(at) => b = b.max(at.saturating_sub(HEADER_LEN) / cbs),
+                Err(rustix::io::Errno::NXIO) => return Ok(false),
+                // No SEEK_DATA here: read every block.
+                Err(_) => {}
+            }
+            if b >= blocks {
+                break;
+            }
+            let len = layout.block_len(b, st.size) as usize;
+            let sealed = &mut sealed[..len + layout.overhead() as usize];
+            self.read_sealed(b, sealed, layout.cipher_offset(b))?;
+            let hole = len as u64 == layout.block_size()
+                && !self.codec.strict_holes()
+                && sealed.iter().all(|&x| x == 0);
+            if !hole {
+                cipher.open(b, sealed, &mut plain[..len])?;
+                return Ok(true);
+            }
+            b += 1;
+        }
+        Ok(false)
     }
 
     /// Writes `header` alone, leaving a header-only file.
@@ -819,6 +887,52 @@ pub(crate) mod tests {
             assert_eq!(read_all(&g), b"new");
             drop(f);
         }
+    }
+
+    #[test]
+    fn a_file_of_holes_gets_a_fresh_id_before_anything_is_sealed() {
+        let planted = FileHeader {
+            id: FileId([0x55; 16]),
+        }
+        .to_bytes();
+        // Every way of sealing: a write, a truncate to inside a block, a truncate up.
+        type Change = fn(&ContentFile);
+        let changes: [(&str, Change); 3] = [
+            ("write", |f| {
+                f.write_at(5000, b"new").unwrap();
+            }),
+            ("shrink", |f| f.truncate(6000).unwrap()),
+            ("grow", |f| f.truncate(3 * 4096 + 7).unwrap()),
+        ];
+        for (what, change) in changes {
+            let (_, t) = new_file(false);
+            let raw = std::fs::OpenOptions::new()
+                .write(true)
+                .open(t.path())
+                .unwrap();
+            raw.write_all_at(&planted, 0).unwrap();
+            raw.set_len(HEADER_LEN + 2 * 4124).unwrap();
+            let f = ContentFile::open(codec(false), clone(&t)).unwrap();
+            assert_eq!(f.size(), 8192);
+            change(&f);
+            let bytes = std::fs::read(t.path()).unwrap();
+            assert_ne!(bytes[..18], planted[..], "{what}");
+            let g = ContentFile::open(codec(false), clone(&t)).unwrap();
+            assert_eq!(g.file_id().unwrap(), f.file_id().unwrap(), "{what}");
+            let back = read_all(&g);
+            assert!(back.len() >= 6000, "{what}");
+        }
+        // On a strict volume an all-zero block is tampering, not a reason for a new ID.
+        let (_, t) = new_file(true);
+        let raw = std::fs::OpenOptions::new()
+            .write(true)
+            .open(t.path())
+            .unwrap();
+        raw.write_all_at(&planted, 0).unwrap();
+        raw.set_len(HEADER_LEN + 4124).unwrap();
+        let f = ContentFile::open(codec(true), clone(&t)).unwrap();
+        assert!(matches!(f.write_at(4096, b"x"), Err(Error::Tampered(_))));
+        assert_eq!(std::fs::read(t.path()).unwrap()[..18], planted[..]);
     }
 
     /// A 1 MiB tmpfs, unmounted on drop; `None` when not root (mount(2) needs it).

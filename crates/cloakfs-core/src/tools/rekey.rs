@@ -42,6 +42,7 @@ use crate::format::config::{config_path, VolumeConfig};
 use crate::format::content::{FileHeader, FileId};
 use crate::format::encoding::{b64, unb64};
 use crate::format::names::{self, DirId, StoredName};
+use crate::known_volumes::KnownVolumes;
 use crate::tools::blocks::{BlockReader, BlockState, CHUNK_BLOCKS};
 use crate::tools::walk::{
     internal_kind, is_payload, read_dir_id, InternalKind, Progress, REKEY_JOURNAL,
@@ -164,10 +165,12 @@ pub fn lock_volume(cipherdir: &Path) -> Result<VolumeLock> {
 
 /// Options of a new rekey.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Options {
+pub struct Options<'a> {
     /// Remove the key slots other than the one that unlocked (they cannot be re-wrapped
     /// without their secrets) instead of refusing.
     pub drop_other_slots: bool,
+    /// The machine's record of known volumes, moved to the new key along with the volume.
+    pub known: Option<&'a KnownVolumes>,
 }
 
 /// How a rekey ended.
@@ -420,51 +423,86 @@ pub fn start(
     new_config.rewrap_slot(slot_id, kek, &new_key, crate::crypto::random::array())?;
     new_config.seal(&new_key);
     let new_volume = Volume::from_master_key(new_config.clone(), &new_key)?;
+    let volume_id = config.params.volume_id;
+    if let Some(k) = opts.known {
+        // Before the journal: from then on a crash may leave either key in charge.
+        k.begin_rekey(&volume_id, &new_key.fingerprint(&volume_id))?;
+    }
     write_journal(cipherdir, volume.master_key(), &new_key, &new_config)?;
     let mut summary = Summary::new(Outcome::Completed);
     summary.dropped_slots = others;
     Engine::new(volume, &new_volume, cipherdir, progress, &mut summary).run()?;
     finish_forward(cipherdir, &new_config, &mut summary)?;
+    if let Some(k) = opts.known {
+        k.finish_rekey(&volume_id, &new_key.fingerprint(&volume_id))?;
+    }
     Ok(summary)
 }
 
 /// Finishes an interrupted rekey (unlocked with the old secret, as the config on disk is still
-/// the old one until the very end).
-pub fn resume(volume: &Volume, cipherdir: &Path, progress: &dyn Progress) -> Result<Summary> {
+/// the old one until the very end). `known` moves to the new key: the journal holds it
+/// wrapped under the old key, so it is as trustworthy as the old one.
+pub fn resume(
+    volume: &Volume,
+    cipherdir: &Path,
+    known: Option<&KnownVolumes>,
+    progress: &dyn Progress,
+) -> Result<Summary> {
     check_not_mounted(cipherdir)?;
     let _lock = lock_volume(cipherdir)?;
+    let volume_id = volume.config().params.volume_id;
     match read_journal(cipherdir, volume)? {
-        JournalState::Swapped => {
-            remove_journal(cipherdir)?;
-            Ok(Summary::new(Outcome::AlreadyComplete))
-        }
+        JournalState::Swapped => already_complete(volume, cipherdir, known),
         JournalState::Open(j) => {
             let new_volume = Volume::from_master_key(j.new_config.clone(), &j.new_key)?;
             let mut summary = Summary::new(Outcome::Completed);
             Engine::new(volume, &new_volume, cipherdir, progress, &mut summary).run()?;
             finish_forward(cipherdir, &j.new_config, &mut summary)?;
+            if let Some(k) = known {
+                k.finish_rekey(&volume_id, &j.new_key.fingerprint(&volume_id))?;
+            }
             Ok(summary)
         }
     }
 }
 
+/// The new config is in place (so `volume` is under the new key): only the journal is left.
+fn already_complete(
+    volume: &Volume,
+    cipherdir: &Path,
+    known: Option<&KnownVolumes>,
+) -> Result<Summary> {
+    remove_journal(cipherdir)?;
+    if let Some(k) = known {
+        let id = volume.config().params.volume_id;
+        k.finish_rekey(&id, &volume.master_key().fingerprint(&id))?;
+    }
+    Ok(Summary::new(Outcome::AlreadyComplete))
+}
+
 /// Undoes an interrupted rekey: everything goes back under the old key, and the journal is
 /// removed. If the new config was already in place, nothing can be undone: the journal is
 /// removed and [`Outcome::AlreadyComplete`] returned.
-pub fn rollback(volume: &Volume, cipherdir: &Path, progress: &dyn Progress) -> Result<Summary> {
+pub fn rollback(
+    volume: &Volume,
+    cipherdir: &Path,
+    known: Option<&KnownVolumes>,
+    progress: &dyn Progress,
+) -> Result<Summary> {
     check_not_mounted(cipherdir)?;
     let _lock = lock_volume(cipherdir)?;
+    let volume_id = volume.config().params.volume_id;
     match read_journal(cipherdir, volume)? {
-        JournalState::Swapped => {
-            remove_journal(cipherdir)?;
-            Ok(Summary::new(Outcome::AlreadyComplete))
-        }
+        JournalState::Swapped => already_complete(volume, cipherdir, known),
         JournalState::Open(j) => {
             let new_volume = Volume::from_master_key(j.new_config.clone(), &j.new_key)?;
             let mut summary = Summary::new(Outcome::RolledBack);
             Engine::new(&new_volume, volume, cipherdir, progress, &mut summary).run()?;
             sync_fs(cipherdir)?;
             remove_journal(cipherdir)?;
+            if let Some(k) = known {
+                k.abort_rekey(&volume_id)?;
+            }
             Ok(summary)
         }
     }
