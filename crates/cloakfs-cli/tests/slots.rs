@@ -1457,8 +1457,11 @@ fn refused_everywhere(f: &Fixture, unlock: &[&str], env: &[(&str, &Path)]) {
             cmd.env(k, v);
         }
         let out = cmd.output().unwrap();
+        // Unmounted before any assertion, so a failing test leaves no mount behind.
+        let mounted = is_mounted(&f.mnt);
+        drop(MountGuard(f.mnt.clone()));
+        assert!(!mounted, "{args:?} mounted the forged volume");
         assert_fails(&out, 3, "may have been replaced");
-        assert!(!is_mounted(&f.mnt), "{args:?} mounted the forged volume");
     }
 }
 
