@@ -99,6 +99,9 @@ if [ ! -x "$cloakfs" ]; then
     echo "run.sh: $cloakfs is missing: run cargo build --release first" >&2
     exit 1
 fi
+# The record of known volumes (key pinning) of these runs stays in $tmp.
+CLOAKFS_STATE_DIR="$tmp/known-volumes"
+export CLOAKFS_STATE_DIR
 real="$tmp/real"
 plain="$real/plain"
 mkdir -p "$plain" "$mnt"
