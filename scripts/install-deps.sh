@@ -16,10 +16,11 @@ if [ ${#missing[@]} -gt 0 ]; then
     apt-get update -q
     apt-get install -y -q "${missing[@]}"
 fi
-# The independent decryptor (tests/independent) is written in Python from docs/FORMAT.md.
-if ! python3 -c 'import cryptography, argon2' 2>/dev/null; then
-    python3 -m pip install -q cryptography argon2-cffi 2>/dev/null \
-        || python3 -m pip install -q --break-system-packages cryptography argon2-cffi
+# The independent decryptor (tests/independent) is written in Python from docs/FORMAT.md; it
+# reads age files (recipient slots, sealed Shamir shares) with pyrage.
+if ! python3 -c 'import cryptography, argon2, pyrage' 2>/dev/null; then
+    python3 -m pip install -q cryptography argon2-cffi pyrage 2>/dev/null \
+        || python3 -m pip install -q --break-system-packages cryptography argon2-cffi pyrage
 fi
 if ! command -v cargo >/dev/null; then
     echo "cargo not found: install Rust (https://rustup.rs) first" >&2

@@ -4,25 +4,38 @@
 Written from docs/FORMAT.md alone (no code shared with the Rust implementation), to show that the
 document is complete and to catch drift between it and the code.
 
+    decrypt_volume.py [--config FILE] [SECRETS] CIPHERDIR OUTDIR
     decrypt_volume.py [--config FILE] CIPHERDIR PASSFILE OUTDIR
     decrypt_volume.py --self-test
 
-The passphrase is the first line of PASSFILE, without its line feed (and a carriage return
-before it), as with `cloakfs --passfile`. OUTDIR must not exist or be empty; the whole plaintext
-tree is written there (regular files, directories, symlinks; fifos are recreated, sockets and
-device nodes are reported and skipped).
+SECRETS, one or more of (as the same options of `cloakfs`):
+    --passfile FILE           a passphrase slot: the first line of FILE (without its line feed
+                              and a carriage return before it)
+    --keyfile FILE            a keyfile slot: every byte of FILE
+    --recovery-key-file FILE  a recovery slot: the typeable recovery key in FILE
+    --share FILE              a shamir slot (repeat M times); an age-encrypted share file also
+                              needs the --identity that decrypts it
+    --identity FILE           a recipient slot: an age X25519 identity file (repeatable)
+
+The slots are tried in config order with the secrets given (FORMAT.md 5.1); the one that opens
+is reported on standard output. OUTDIR must not exist or be empty; the whole plaintext tree is
+written there (regular files, directories, symlinks; fifos are recreated, sockets and device
+nodes are reported and skipped).
 
 The config MAC is verified before anything else is decrypted, and every block, name and symlink
-target must authenticate. Exit status: 0 on success, 1 on any error (wrong passphrase, damaged
-or tampered volume, unsupported version: one line on stderr), 2 on a usage error. On error OUTDIR
+target must authenticate. Exit status: 0 on success, 1 on any error (wrong secret, damaged or
+tampered volume, unsupported version: one line on stderr), 2 on a usage error. On error OUTDIR
 may hold a partial tree.
 
-Needs the `cryptography` and `argon2-cffi` packages.
+Needs the `cryptography`, `argon2-cffi` and `pyrage` (age-encryption.org/v1, for recipient slots
+and age-encrypted share files) packages.
 """
 
+import argparse
 import base64
 import hashlib
 import hmac
+import io
 import json
 import os
 import stat
@@ -239,23 +252,30 @@ class Config:
                 text += f"slot.{i}.{k}={slot[k]}\n"
         return text.encode("utf-8")
 
-    def unlock(self, passphrase: bytes) -> bytes:
-        """Section 5: returns the master key after verifying the MAC."""
-        for i, slot in enumerate(self.slots):
-            if slot["kind"] != "passphrase":
+    def slot_by_id(self, slot_id: int):
+        for s in self.slots:
+            if s["id"] == str(slot_id):
+                return s
+        return None
+
+    def unlock(self, secrets: "Secrets"):
+        """Section 5.1: returns (master key, opening slot) after verifying the MAC."""
+        first_error = None
+        tried = False
+        for slot in self.slots:
+            kind = slot["kind"]
+            what = f"slot {slot['id']} ({kind})"
+            if kind not in SLOT_KINDS:
                 continue
-            what = f"slots[{i}]"
-            m = number(slot, "argon2_memory_kib", what, 64, 4 * 1024 * 1024)
-            t = number(slot, "argon2_iterations", what, 1, 1000)
-            p = number(slot, "argon2_lanes", what, 1, 64)
-            if m < 8 * p:
-                raise VolumeError(f"damaged config: {what}: memory below 8 KiB per lane")
-            if field(slot, "kdf", what) != "argon2id":
-                raise VolumeError(f"unsupported kdf {slot['kdf']!r} in {what}")
-            salt = unb64(field(slot, "salt", what), f"{what}.salt", 32)
-            wrapped = unb64(field(slot, "wrapped", what), f"{what}.wrapped", 60)
-            kek = hash_secret_raw(passphrase, salt, time_cost=t, memory_cost=m,
-                                  parallelism=p, hash_len=32, type=Type.ID, version=19)
+            try:
+                kek = SLOT_KINDS[kind](self, slot, what, secrets)
+                if kek is None:
+                    continue
+                wrapped = unb64(field(slot, "wrapped", what), f"{what}.wrapped", 60)
+            except VolumeError as e:
+                first_error = first_error or e
+                continue
+            tried = True
             try:
                 mk = AESGCM(kek).decrypt(wrapped[:12], wrapped[12:], self.wrap_aad(slot))
             except InvalidTag:
@@ -264,8 +284,265 @@ class Config:
             mac = hmac.new(key, self.canonical(), hashlib.sha256).digest()
             if not hmac.compare_digest(mac, self.mac):
                 raise VolumeError("config was modified without the key (MAC mismatch)")
-            return mk
-        raise VolumeError("wrong passphrase: no key slot accepts it")
+            return mk, slot
+        if first_error is not None:
+            raise first_error
+        if tried:
+            raise VolumeError("wrong secret: no key slot accepts the secrets given")
+        kinds = ", ".join(s["kind"] for s in self.slots) or "none"
+        raise VolumeError(f"no key slot takes the secrets given (the slots: {kinds})")
+
+
+# --------------------------------------------------------------------------------------------
+# Section 5.2-5.6: the KEK of each slot kind (None: no secret for that slot)
+
+class Secrets:
+    def __init__(self):
+        self.passphrase = None   # bytes
+        self.keyfile = None      # bytes
+        self.recovery = None     # 32 bytes
+        self.identities = []     # age identities
+        self.shares = []         # (file name, Share)
+
+
+def kek_passphrase(config, slot, what, secrets):
+    if secrets.passphrase is None:
+        return None
+    m = number(slot, "argon2_memory_kib", what, 64, 4 * 1024 * 1024)
+    t = number(slot, "argon2_iterations", what, 1, 1000)
+    p = number(slot, "argon2_lanes", what, 1, 64)
+    if m < 8 * p:
+        raise VolumeError(f"damaged config: {what}: memory below 8 KiB per lane")
+    if field(slot, "kdf", what) != "argon2id":
+        raise VolumeError(f"unsupported kdf {slot['kdf']!r} in {what}")
+    salt = unb64(field(slot, "salt", what), f"{what}.salt", 32)
+    return hash_secret_raw(secrets.passphrase, salt, time_cost=t, memory_cost=m,
+                           parallelism=p, hash_len=32, type=Type.ID, version=19)
+
+
+def kek_keyfile(config, slot, what, secrets):
+    if secrets.keyfile is None:
+        return None
+    salt = unb64(field(slot, "salt", what), f"{what}.salt", 32)
+    return hkdf(secrets.keyfile, salt, b"cloakfs v1 slot keyfile", 32)
+
+
+def kek_recovery(config, slot, what, secrets):
+    if secrets.recovery is None:
+        return None
+    salt = unb64(field(slot, "salt", what), f"{what}.salt", 32)
+    return hkdf(secrets.recovery, salt, b"cloakfs v1 slot recovery", 32)
+
+
+def kek_recipient(config, slot, what, secrets):
+    if not secrets.identities:
+        return None
+    data = unb64(field(slot, "age", what), f"{what}.age")
+    if not 1 <= len(data) <= 1 << 20:
+        raise VolumeError(f"damaged config: {what}.age is not 1 byte to 1 MiB")
+    kek = age_decrypt(data, secrets.identities, what)
+    if kek is None:
+        return None
+    if len(kek) != 32:
+        raise VolumeError(f"damaged config: {what}: the age file does not hold a 32-byte key")
+    return kek
+
+
+def kek_shamir(config, slot, what, secrets):
+    sid = int(slot["id"])
+    mine = [(n, sh) for n, sh in secrets.shares
+            if sh.volume_id == config.volume_id and sh.slot_id == sid]
+    if not mine:
+        return None
+    m = number(slot, "threshold", what, 1, 255)
+    n_shares = number(slot, "shares", what, 1, 255)
+    if m > n_shares:
+        raise VolumeError(f"damaged config: {what}: threshold {m} > shares {n_shares}")
+    distinct = {}
+    for name, sh in mine:
+        if (sh.m, sh.n) != (m, n_shares):
+            raise VolumeError(f"share file {name} says {sh.m} of {sh.n}, "
+                              f"but {what} is {m} of {n_shares}")
+        if sh.x in distinct and distinct[sh.x].y != sh.y:
+            raise VolumeError(f"share file {name}: another share given is also share {sh.x}")
+        distinct.setdefault(sh.x, sh)
+    if len(distinct) < m:
+        raise VolumeError(f"{len(distinct)} distinct share(s) of slot {sid} given, {m} needed")
+    return shamir_combine(list(distinct.values())[:m])
+
+
+SLOT_KINDS = {
+    "passphrase": kek_passphrase,
+    "keyfile": kek_keyfile,
+    "recovery": kek_recovery,
+    "recipient": kek_recipient,
+    "shamir": kek_shamir,
+}
+
+
+# -- section 5.4: the typeable recovery key --
+CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+def parse_recovery_key(text: str) -> bytes:
+    values = []
+    for c in text:
+        if c == "-" or c.isspace():
+            continue
+        if not c.isascii():
+            raise VolumeError("invalid recovery key: a character is not in the alphabet")
+        c = {"O": "0", "I": "1", "L": "1"}.get(c.upper(), c.upper())
+        if c not in CROCKFORD:
+            raise VolumeError("invalid recovery key: a character is not in the alphabet")
+        values.append(CROCKFORD.index(c))
+    if len(values) != 56:
+        raise VolumeError(f"invalid recovery key: {len(values)} symbols instead of 56")
+    n = 0
+    for v in values:
+        n = (n << 5) | v
+    raw = n.to_bytes(35, "big")
+    key, check = raw[:32], raw[32:]
+    if hashlib.sha256(b"cloakfs recovery key v1" + key).digest()[:3] != check:
+        raise VolumeError("invalid recovery key: checksum mismatch (a typo?)")
+    return key
+
+
+def encode_recovery_key(key: bytes) -> str:
+    raw = key + hashlib.sha256(b"cloakfs recovery key v1" + key).digest()[:3]
+    n = int.from_bytes(raw, "big")
+    symbols = "".join(CROCKFORD[(n >> (5 * (55 - i))) & 31] for i in range(56))
+    return "-".join(symbols[i:i + 4] for i in range(0, 56, 4))
+
+
+# -- section 5.5: age files (age-encryption.org/v1), read with the `pyrage` package --
+AGE_ARMOR = b"-----BEGIN AGE ENCRYPTED FILE-----"
+
+
+def load_identities(data: bytes, name: str):
+    import pyrage
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise VolumeError(f"identity file {name} is not text")
+    ids = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if not line.startswith("AGE-SECRET-KEY-1"):
+            raise VolumeError(f"identity file {name}: only age X25519 identities "
+                              "(AGE-SECRET-KEY-1...) are supported by this decryptor")
+        try:
+            ids.append(pyrage.x25519.Identity.from_str(line))
+        except Exception:
+            raise VolumeError(f"identity file {name}: not a valid age identity")
+    if not ids:
+        raise VolumeError(f"identity file {name} holds no identity")
+    return ids
+
+
+def age_decrypt(data: bytes, identities, what: str):
+    """Decrypts a binary or ASCII-armored age file; None if no identity is a recipient."""
+    import pyrage
+    try:
+        return pyrage.decrypt(data, identities)
+    except pyrage.DecryptError as e:
+        if "no matching keys" in str(e).lower():
+            return None
+        raise VolumeError(f"{what}: not a valid age file ({e})")
+
+
+# -- section 5.6: Shamir shares over GF(2^8) modulo 0x11d --
+GF_POLY = 0x11D
+
+
+def gf_mul(a: int, b: int) -> int:
+    r = 0
+    while b:
+        if b & 1:
+            r ^= a
+        b >>= 1
+        a <<= 1
+        if a & 0x100:
+            a ^= GF_POLY
+    return r
+
+
+def gf_inv(a: int) -> int:
+    # a^254 = a^-1 in GF(2^8)
+    r, e = 1, 254
+    while e:
+        if e & 1:
+            r = gf_mul(r, a)
+        a = gf_mul(a, a)
+        e >>= 1
+    return r
+
+
+class Share:
+    def __init__(self, raw: bytes):
+        self.volume_id = raw[1:17]
+        self.slot_id = struct.unpack(">I", raw[17:21])[0]
+        self.m, self.n, self.x = raw[21], raw[22], raw[23]
+        self.y = raw[24:56]
+
+
+def parse_share_file(data: bytes, name: str, identities) -> Share:
+    if len(data) > 64 * 1024:
+        raise VolumeError(f"share file {name} is larger than 64 KiB")
+    if data.startswith(AGE_ARMOR):
+        if not identities:
+            raise VolumeError(f"share file {name} is encrypted with age: give --identity")
+        plain = age_decrypt(data, identities, f"share file {name}")
+        if plain is None:
+            raise VolumeError(f"share file {name}: none of the identities given decrypts it")
+        data = plain
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise VolumeError(f"share file {name} is not text")
+    lines = [ln.strip() for ln in text.split("\n")]
+    lines = [ln for ln in lines if ln and not ln.startswith("#")]
+    if not lines or not lines[0].startswith("cloakfs-share:"):
+        raise VolumeError(f"share file {name}: not a cloakfs key share")
+    raw = unb64(lines[0][len("cloakfs-share:"):], f"share file {name}")
+    if raw and raw[0] != 1:
+        raise VolumeError(f"share file {name}: unsupported key share version {raw[0]}")
+    if len(raw) != 60:
+        raise VolumeError(f"share file {name}: not 60 bytes")
+    if hashlib.sha256(b"cloakfs share v1" + raw[:56]).digest()[:4] != raw[56:]:
+        raise VolumeError(f"share file {name}: checksum mismatch (damaged or mistyped)")
+    sh = Share(raw)
+    if not 1 <= sh.m <= sh.n or not 1 <= sh.x <= sh.n:
+        raise VolumeError(f"share file {name}: threshold or index out of range")
+    return sh
+
+
+def shamir_combine(shares) -> bytes:
+    """Lagrange interpolation at 0, byte by byte (FORMAT.md 5.6)."""
+    out = bytearray(32)
+    for i in range(32):
+        acc = 0
+        for sj in shares:
+            lj = 1
+            for sm in shares:
+                if sm.x != sj.x:
+                    lj = gf_mul(lj, gf_mul(sm.x, gf_inv(sm.x ^ sj.x)))
+            acc ^= gf_mul(lj, sj.y[i])
+        out[i] = acc
+    return bytes(out)
+
+
+def check_shares(config: Config, secrets: Secrets):
+    """FORMAT.md 5.6, check 3: every share belongs to this volume and to one of its shamir slots."""
+    for name, sh in secrets.shares:
+        if sh.volume_id != config.volume_id:
+            raise VolumeError(f"share file {name} belongs to another volume "
+                              f"(ID {b64(sh.volume_id)})")
+        slot = config.slot_by_id(sh.slot_id)
+        if slot is None or slot["kind"] != "shamir":
+            raise VolumeError(f"share file {name} is for key slot {sh.slot_id}, "
+                              "which is not a shamir slot of this volume")
 
 
 # --------------------------------------------------------------------------------------------
@@ -452,7 +729,7 @@ def decrypt_dir(vol: Volume, backing: bytes, dir_id: bytes, out: bytes, counts: 
             raise EntryError(f"{where}: {e}")
 
 
-def decrypt_volume(cipherdir: str, config_path: str, passphrase: bytes, outdir: str) -> dict:
+def load_config(config_path: str) -> Config:
     with open(config_path, "rb") as f:
         raw = f.read(CONFIG_MAX + 1)
     if len(raw) > CONFIG_MAX:
@@ -461,11 +738,17 @@ def decrypt_volume(cipherdir: str, config_path: str, passphrase: bytes, outdir: 
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise VolumeError("damaged config: not UTF-8")
-    config = Config(text)
-    vol = Volume(config, config.unlock(passphrase))
+    return Config(text)
+
+
+def decrypt_volume(cipherdir: str, config_path: str, secrets: Secrets, outdir: str):
+    config = load_config(config_path)
+    check_shares(config, secrets)
+    mk, slot = config.unlock(secrets)
+    vol = Volume(config, mk)
     counts = {"dirs": 0, "files": 0, "symlinks": 0, "special": 0}
     decrypt_dir(vol, os.fsencode(cipherdir), config.volume_id, os.fsencode(outdir), counts)
-    return counts
+    return counts, slot
 
 
 # --------------------------------------------------------------------------------------------
@@ -499,36 +782,126 @@ def self_test():
     assert val.hex() == (
         "b0b1b2b3b4b5b6b7b8b9babba1702c8a45ef391ff135881d5daf5c66934d06867ff71665beb0bd0f"
         "ca43837b0428f7"), val.hex()
+    self_test_slots(seq, mk)
     print("decrypt_volume: self-test passed")
 
 
+# Section 15.7: the share files and the config with one slot of each kind.
+VECTOR_SHARE_FILES = [
+    "# cloakfs key share 1 of 3: any 2 of them open key slot 3 of volume oKGio6SlpqeoqaqrrK2urw\n"
+    "cloakfs-share:AaChoqOkpaanqKmqq6ytrq8AAAADAgMB4OHi4-Tl5ufo6err7O3u7_Dx8vP09fb3-Pn6-_z9_v-JyRKU\n",
+    "# cloakfs key share 2 of 3: any 2 of them open key slot 3 of volume oKGio6SlpqeoqaqrrK2urw\n"
+    "cloakfs-share:AaChoqOkpaanqKmqq6ytrq8AAAADAgMC7ezv7uno6-rl5Ofm4eDj4p2cn56ZmJualZSXlpGQk5LakGWk\n",
+    "# cloakfs key share 3 of 3: any 2 of them open key slot 3 of volume oKGio6SlpqeoqaqrrK2urw\n"
+    "cloakfs-share:AaChoqOkpaanqKmqq6ytrq8AAAADAgMDHRwfHhkYGxoVFBcWERATEk1MT05JSEtKRURHRkFAQ0IMZLBR\n",
+]
+VECTOR_IDENTITY = "AGE-SECRET-KEY-1XQCNYVE5X5MRWWPE8GANC0F78AQYZSJRG3Z5V36GF99YKNZDFE8SPETATX"
+VECTOR_RECIPIENT = "age1xnjz6jh4a722q736sssphzyafng6ws7ty7c3k6ssgw9gl6uwtprss08l77"
+VECTOR_RECOVERY = "G20R-50W4-GP38-F249-HA5R-S3CE-HY89-34MK-JJAS-D5WR-K6D9-Q74X-KTFX-4SZ1"
+VECTOR_SLOTS_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                   "crates", "cloakfs-core", "tests", "vectors", "slot-kinds.conf")
+
+
+def self_test_slots(seq, mk):
+    assert gf_mul(0x80, 0x02) == 0x1D and gf_inv(0x03) == 0xF4
+    assert encode_recovery_key(seq(0x80, 32)) == VECTOR_RECOVERY
+    assert parse_recovery_key(VECTOR_RECOVERY.lower().replace("-", " ")) == seq(0x80, 32)
+    shares = [parse_share_file(t.encode(), f"share {i + 1}", [])
+              for i, t in enumerate(VECTOR_SHARE_FILES)]
+    assert shares[0].y == seq(0xE0, 32)
+    assert shares[1].y.hex() == "edecefeee9e8ebeae5e4e7e6e1e0e3e29d9c9f9e99989b9a9594979691909392"
+    for a, b in ((0, 1), (0, 2), (1, 2), (2, 0)):
+        assert shamir_combine([shares[a], shares[b]]) == seq(0x10, 32)
+    config = load_config(VECTOR_SLOTS_CONFIG)
+
+    def opens(want_id, **given):
+        secrets = Secrets()
+        for k, v in given.items():
+            setattr(secrets, k, v)
+        check_shares(config, secrets)
+        got, slot = config.unlock(secrets)
+        assert (got, slot["id"]) == (mk, str(want_id)), (slot["id"], want_id)
+
+    opens(1, passphrase=b"correct horse battery staple")
+    opens(2, keyfile=seq(0x40, 64))
+    opens(3, shares=[("share 2", shares[1]), ("share 3", shares[2])])
+    opens(4, recovery=parse_recovery_key(VECTOR_RECOVERY))
+    ids = load_identities(VECTOR_IDENTITY.encode(), "vector identity")
+    assert str(ids[0].to_public()) == VECTOR_RECIPIENT
+    opens(5, identities=ids)
+    try:
+        opens(3, shares=[("share 1", shares[0]), ("share 1 again", shares[0])])
+        raise AssertionError("one share opened a 2-of-3 slot")
+    except VolumeError as e:
+        assert "1 distinct share(s) of slot 3 given, 2 needed" in str(e), e
+
+
+def read_secrets(args) -> Secrets:
+    secrets = Secrets()
+    if args.passfile is not None:
+        with open(args.passfile, "rb") as f:
+            line = f.read().split(b"\n", 1)[0]
+        secrets.passphrase = line[:-1] if line.endswith(b"\r") else line
+    if args.keyfile is not None:
+        with open(args.keyfile, "rb") as f:
+            data = f.read((8 << 20) + 1)
+        if not data or len(data) > 8 << 20:
+            raise VolumeError(f"key file {args.keyfile} is empty or larger than 8 MiB")
+        secrets.keyfile = data
+    if args.recovery_key_file is not None:
+        with open(args.recovery_key_file, "rb") as f:
+            data = f.read(4097)
+        if len(data) > 4096:
+            raise VolumeError(f"recovery key file {args.recovery_key_file} is too large")
+        try:
+            secrets.recovery = parse_recovery_key(data.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise VolumeError(f"recovery key file {args.recovery_key_file} is not text")
+    for path in args.identity:
+        with open(path, "rb") as f:
+            secrets.identities += load_identities(f.read(1 << 20), path)
+    for path in args.share:
+        with open(path, "rb") as f:
+            data = f.read(64 * 1024 + 1)
+        secrets.shares.append((path, parse_share_file(data, path, secrets.identities)))
+    return secrets
+
+
 def main(argv):
-    args = argv[1:]
-    if args == ["--self-test"]:
+    if argv[1:] == ["--self-test"]:
         self_test()
         return 0
-    config_path = None
-    if len(args) >= 2 and args[0] == "--config":
-        config_path, args = args[1], args[2:]
-    if len(args) != 3:
-        print("usage:\n" + __doc__.strip().split("\n\n")[2], file=sys.stderr)
-        return 2
-    cipherdir, passfile, outdir = args
-    if config_path is None:
-        config_path = os.path.join(cipherdir, CONFIG_FILE)
+    usage = __doc__.strip().split("\n\n")[2]
+    parser = argparse.ArgumentParser(prog="decrypt_volume.py", usage="\n" + usage,
+                                     add_help=False)
+    parser.add_argument("--config")
+    parser.add_argument("--passfile")
+    parser.add_argument("--keyfile")
+    parser.add_argument("--recovery-key-file")
+    parser.add_argument("--share", action="append", default=[])
+    parser.add_argument("--identity", action="append", default=[])
+    parser.add_argument("paths", nargs="*")
+    args = parser.parse_args(argv[1:])  # exits with status 2 on a usage error
+    if len(args.paths) == 3 and args.passfile is None:
+        cipherdir, args.passfile, outdir = args.paths
+    elif len(args.paths) == 2:
+        cipherdir, outdir = args.paths
+    else:
+        parser.error("give CIPHERDIR and OUTDIR (and the secrets)")
+    if not (args.passfile or args.keyfile or args.recovery_key_file or args.share
+            or args.identity):
+        parser.error("give at least one secret")
+    config_path = args.config or os.path.join(cipherdir, CONFIG_FILE)
     try:
-        with open(passfile, "rb") as f:
-            passphrase = f.read()
-        passphrase = passphrase.split(b"\n", 1)[0]
-        if passphrase.endswith(b"\r"):
-            passphrase = passphrase[:-1]
+        secrets = read_secrets(args)
         if os.path.exists(outdir) and os.listdir(outdir):
             raise VolumeError(f"output directory {outdir} is not empty")
         os.makedirs(outdir, exist_ok=True)
-        counts = decrypt_volume(cipherdir, config_path, passphrase, outdir)
+        counts, slot = decrypt_volume(cipherdir, config_path, secrets, outdir)
     except (VolumeError, OSError) as e:
         print(f"decrypt_volume: {e}", file=sys.stderr)
         return 1
+    print(f"decrypt_volume: unlocked with slot {slot['id']} ({slot['kind']})")
     print("decrypt_volume: ok: {files} files, {dirs} directories, {symlinks} symlinks, "
           "{special} special files".format(**counts))
     return 0

@@ -1,7 +1,10 @@
 #!/bin/sh
 # Decrypts the committed test volume with the independent Python decryptor (written from
 # docs/FORMAT.md only), compares it with the expected plaintext, and checks that tampered copies
-# are rejected. Exits non-zero on any difference.
+# are rejected; then builds a volume with the real cloakfs binary (target/release/cloakfs),
+# adds one slot of each kind that needs no outside program (key file, recovery key, Shamir
+# shares plain and age-encrypted, an age X25519 recipient from age-keygen), and decrypts it with
+# each secret alone. Exits non-zero on any difference.
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -11,17 +14,23 @@ decrypt="$here/decrypt_volume.py"
 pass="$here/passphrase.txt"
 
 probe='from cryptography.hazmat.primitives.ciphers.aead import AESGCM, AESSIV, ChaCha20Poly1305
-from argon2.low_level import hash_secret_raw'
+from argon2.low_level import hash_secret_raw
+import pyrage'
 if ! python3 -c "$probe" 2>/dev/null; then
-    echo "run.sh: installing cryptography and argon2-cffi with pip"
-    python3 -m pip install --quiet cryptography argon2-cffi ||
-        python3 -m pip install --quiet --user cryptography argon2-cffi ||
-        python3 -m pip install --quiet --break-system-packages cryptography argon2-cffi
+    echo "run.sh: installing cryptography, argon2-cffi and pyrage with pip"
+    python3 -m pip install --quiet cryptography argon2-cffi pyrage ||
+        python3 -m pip install --quiet --user cryptography argon2-cffi pyrage ||
+        python3 -m pip install --quiet --break-system-packages cryptography argon2-cffi pyrage
     python3 -c "$probe"
 fi
 
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT INT TERM
+mnt="$tmp/mnt"
+cleanup() {
+    if mountpoint -q "$mnt" 2>/dev/null; then fusermount3 -u -z "$mnt" || true; fi
+    rm -rf "$tmp"
+}
+trap cleanup EXIT INT TERM
 
 python3 "$decrypt" --self-test
 
@@ -44,21 +53,27 @@ b = bytearray(open(p, "rb").read()); b[o] ^= 1; open(p, "wb").write(b)' "$1" "$2
 }
 
 n=0
-expect_refused() { # description, then a shell snippet run inside a fresh copy of the volume
+# description, a shell snippet run inside a fresh copy of the volume $volume, then the secret
+# options (default: --passfile $pass); the decryptor must exit 1 with a one-line reason
+expect_refused() {
     n=$((n + 1))
+    what=$1 snippet=$2
+    shift 2
+    [ $# -gt 0 ] || set -- --passfile "$pass"
     copy="$tmp/tampered$n"
     cp -a "$volume" "$copy"
-    (cd "$copy" && eval "$2")
+    (cd "$copy" && eval "$snippet")
     set +e
-    python3 "$decrypt" "$copy" "${3:-$pass}" "$tmp/out$n" 2>"$tmp/err$n" >/dev/null
+    python3 "$decrypt" "$@" "$copy" "$tmp/out$n" 2>"$tmp/err$n" >/dev/null
     status=$?
     set -e
-    if [ "$status" -ne 1 ] || grep -q Traceback "$tmp/err$n"; then
-        echo "run.sh: FAIL: $1 was not refused cleanly (exit $status)" >&2
+    if [ "$status" -ne 1 ] || grep -q Traceback "$tmp/err$n" || [ "$(wc -l <"$tmp/err$n")" -ne 1 ]
+    then
+        echo "run.sh: FAIL: $what was not refused cleanly (exit $status)" >&2
         cat "$tmp/err$n" >&2
         exit 1
     fi
-    echo "run.sh: refused as expected: $1: $(cat "$tmp/err$n")"
+    echo "run.sh: refused as expected: $what: $(cat "$tmp/err$n")"
 }
 
 expect_refused "bit flipped in block 1 of hello.txt" "flip $hello $((18 + 4124 + 100))"
@@ -76,6 +91,100 @@ expect_refused "symlink target edited" \
     "t=\$(readlink $link); rm $link; ln -s \"A\${t#?}\" $link"
 expect_refused "dirid replaced" "printf 0123456789abcdef > $sub/cloakfs.dirid"
 printf 'wrong passphrase\n' > "$tmp/wrongpass"
-expect_refused "wrong passphrase" ":" "$tmp/wrongpass"
+expect_refused "wrong passphrase" ":" --passfile "$tmp/wrongpass"
+
+# 3. A volume made by the real cloakfs, with one slot of each kind that needs no outside program.
+cloakfs="$root/target/release/cloakfs"
+if [ ! -x "$cloakfs" ]; then
+    echo "run.sh: $cloakfs is missing: run cargo build --release first" >&2
+    exit 1
+fi
+# The record of known volumes (key pinning) of these runs stays in $tmp.
+CLOAKFS_STATE_DIR="$tmp/known-volumes"
+export CLOAKFS_STATE_DIR
+real="$tmp/real"
+plain="$real/plain"
+mkdir -p "$plain" "$mnt"
+cp -a "$here/expected/." "$plain/"
+head -c 100000 /dev/urandom >"$plain/random.bin"
+mkdir "$plain/dir"
+echo "name of 40 bytes: stored as is" >"$plain/dir/$(printf '%040d' 4)"
+echo "name of 70 bytes: a long name at --long-name-max 100" >"$plain/dir/$(printf '%070d' 7)"
+printf 'real volume passphrase\n' >"$real/pass"
+# XChaCha20-Poly1305 and a low long-name threshold: what the committed volume does not cover.
+"$cloakfs" init --passfile "$real/pass" --kdf-memory 64 --kdf-iterations 1 \
+    --cipher xchacha20-poly1305 --long-name-max 100 "$real/cipher" >/dev/null
+"$cloakfs" mount --passfile "$real/pass" "$real/cipher" "$mnt"
+cp -a "$plain/." "$mnt/"
+"$cloakfs" unmount "$mnt"
+
+add_slot() { "$cloakfs" slots add "$real/cipher" --passfile "$real/pass" "$@"; }
+head -c 64 /dev/urandom >"$real/keyfile"
+add_slot --keyfile "$real/keyfile" --label "key file" >/dev/null
+add_slot --recovery --label paper >"$real/recovery.out"
+grep -Eo '[0-9A-Z]{4}(-[0-9A-Z]{4}){13}' "$real/recovery.out" >"$real/recovery"
+add_slot --shamir 2/3 --share-dir "$real/shares" --label board >/dev/null
+age-keygen -o "$real/identity" 2>/dev/null
+add_slot --recipient "$(age-keygen -y "$real/identity")" --label laptop >/dev/null
+age-keygen -o "$real/holder" 2>/dev/null
+holder=$(age-keygen -y "$real/holder")
+add_slot --shamir 2/3 --share-dir "$real/sealed-shares" --share-recipient "$holder" \
+    --share-recipient "$holder" --share-recipient "$holder" --label sealed >/dev/null
+share() { ls "$1"/*"share$2of3.txt"*; }
+
+k=0
+expect_opens() { # slot kind, then the secret options: decrypts to exactly $plain
+    k=$((k + 1))
+    kind=$1
+    shift
+    python3 "$decrypt" "$@" "$real/cipher" "$real/out$k" >"$real/log$k"
+    if ! grep -q "unlocked with slot [0-9]* ($kind)" "$real/log$k"; then
+        echo "run.sh: FAIL: not opened by the $kind slot:" >&2
+        cat "$real/log$k" >&2
+        exit 1
+    fi
+    diff -r --no-dereference "$plain" "$real/out$k"
+    echo "run.sh: cloakfs volume opened with the $kind slot alone: $(head -n 1 "$real/log$k")"
+}
+expect_opens passphrase --passfile "$real/pass"
+expect_opens keyfile --keyfile "$real/keyfile"
+expect_opens recovery --recovery-key-file "$real/recovery"
+expect_opens shamir --share "$(share "$real/shares" 1)" --share "$(share "$real/shares" 3)"
+expect_opens recipient --identity "$real/identity"
+expect_opens shamir --identity "$real/holder" --share "$(share "$real/sealed-shares" 2)" \
+    --share "$(share "$real/sealed-shares" 3)"
+
+volume="$real/cipher"
+head -c 64 /dev/urandom >"$tmp/wrongkey"
+expect_refused "wrong key file" ":" --keyfile "$tmp/wrongkey"
+sed 's/^\(.\)./\1X/' "$real/recovery" >"$tmp/typo"
+expect_refused "mistyped recovery key" ":" --recovery-key-file "$tmp/typo"
+expect_refused "one share of a 2-of-3 slot" ":" --share "$(share "$real/shares" 2)"
+python3 -c 'import sys
+lines = open(sys.argv[1]).read().split("\n")
+i = [n for n, l in enumerate(lines) if l.startswith("cloakfs-share:")][0]
+c = lines[i][40]
+lines[i] = lines[i][:40] + ("B" if c == "A" else "A") + lines[i][41:]
+open(sys.argv[2], "w").write("\n".join(lines))' "$(share "$real/shares" 1)" "$tmp/bad-share"
+expect_refused "share with a changed character" ":" \
+    --share "$tmp/bad-share" --share "$(share "$real/shares" 2)"
+expect_refused "sealed share without its identity" ":" \
+    --share "$(share "$real/sealed-shares" 1)" --share "$(share "$real/sealed-shares" 2)"
+age-keygen -o "$tmp/stranger" 2>/dev/null
+expect_refused "identity that is no recipient" ":" --identity "$tmp/stranger"
+
+# 4. Each name has one stored form (FORMAT.md 9.1): the other one is refused.
+# (the 70-byte name: its encrypted form, unlike the 200-byte one's, fits in a backing name)
+long_entry=$(cd "$real/cipher" && find . -name 'cloakfs.long.*.name' -size -200c | head -n 1)
+long_entry=${long_entry%.name}
+short_entry=$(cd "$real/cipher" && find . -mindepth 1 -maxdepth 1 ! -name 'cloakfs.*' \
+    -type f | head -n 1)
+expect_refused "long name moved into the short form" \
+    "mv $long_entry \$(dirname $long_entry)/\$(cat $long_entry.name) && rm $long_entry.name" \
+    --passfile "$real/pass"
+expect_refused "short name moved into the long form" \
+    "e=\$(basename $short_entry); h=\$(printf %s \$e | python3 -c 'import base64, hashlib, sys
+print(base64.urlsafe_b64encode(hashlib.sha256(sys.stdin.buffer.read()).digest()).decode().rstrip(\"=\"))')
+     printf %s \$e >cloakfs.long.\$h.name && mv \$e cloakfs.long.\$h" --passfile "$real/pass"
 
 echo "run.sh: all checks passed"

@@ -336,3 +336,66 @@ fn rekey_refuses_other_slots_unless_dropped() {
         b"hello world\n"
     );
 }
+
+/// FORMAT.md 9.1: each name has one stored form. A long name moved into the short form and a
+/// short name moved into the long form are damaged entries to every reader, never names.
+#[test]
+fn names_in_the_other_stored_form_are_refused() {
+    use cloakfs_core::format::names;
+    let tmp = tempfile::tempdir().unwrap();
+    let c = tmp.path().join("cipher");
+    // With long_name_max 100, a 70-byte name is stored long (115 characters), a 40-byte one
+    // short (75 characters).
+    let mut params = VolumeParams::new();
+    params.long_name_max = 100;
+    let v = Volume::create(&c, params, &pass(), CHEAP).unwrap();
+    let (long, short) = ("l".repeat(70), "s".repeat(40));
+    let w = Writer::new(&v, &c);
+    for p in [long.as_str(), short.as_str(), "kept"] {
+        w.write_file(Path::new(p), p.as_bytes()).unwrap();
+    }
+    let lb = translate::lookup(&v, &c, Path::new(&long), false).unwrap();
+    let sb = translate::lookup(&v, &c, Path::new(&short), false).unwrap();
+    let lb_name = lb.file_name().unwrap().to_str().unwrap().to_string();
+    let side = c.join(names::sidecar_name(&lb_name));
+    let full = std::fs::read_to_string(&side).unwrap();
+    assert!(full.len() > 100 && full.len() <= 255, "{}", full.len());
+    std::fs::rename(&lb, c.join(&full)).unwrap();
+    std::fs::remove_file(&side).unwrap();
+    let e = sb.file_name().unwrap().to_str().unwrap().to_string();
+    let as_long = names::long_backing_name(&e);
+    std::fs::write(c.join(names::sidecar_name(&as_long)), &e).unwrap();
+    std::fs::rename(&sb, c.join(&as_long)).unwrap();
+
+    let v = unlock(&c);
+    let r = fsck::check(&v, &c, Options::default(), &NoProgress).unwrap();
+    let mut found: Vec<(ProblemKind, String)> = r
+        .problems
+        .iter()
+        .map(|p| {
+            let name = p.backing.file_name().unwrap().to_str().unwrap().to_string();
+            (p.kind, name)
+        })
+        .collect();
+    found.sort_by(|a, b| a.1.cmp(&b.1));
+    let mut want = vec![
+        (ProblemKind::Name, full.clone()),
+        (ProblemKind::LongName, as_long.clone()),
+    ];
+    want.sort_by(|a, b| a.1.cmp(&b.1));
+    assert_eq!(found, want, "{:?}", r.problems);
+    for p in &r.problems {
+        assert!(!p.repairable && p.plain.is_none(), "{p:?}");
+    }
+    // Neither is found under its name (a lookup computes the one stored form) nor decrypts
+    // from its backing path; the rest reads.
+    for p in [&long, &short] {
+        let b = translate::lookup(&v, &c, Path::new(p), false).unwrap();
+        assert!(std::fs::symlink_metadata(b).is_err());
+    }
+    for b in [&full, &as_long] {
+        let e = translate::decrypt_path(&v, &c, &c.join(b)).unwrap_err();
+        assert!(matches!(e, cloakfs_core::Error::Tampered(_)), "{e}");
+    }
+    assert_eq!(read_plain(&v, &c, Path::new("kept")), b"kept");
+}

@@ -81,10 +81,26 @@ fn key_file() -> [u8; 64] {
 fn recovery_key() -> [u8; 32] {
     seq(0x80)
 }
-/// y coordinates of the share-encoding vector.
+/// y coordinates of the share-encoding vector (share x = 1 of the Shamir-slot vector).
 fn share_y() -> [u8; 32] {
     seq(0xe0)
 }
+/// KEK of the Shamir-slot vector (slot 3, 2 of 3).
+fn shamir_kek() -> [u8; 32] {
+    seq(0x10)
+}
+/// KEK of the recipient-slot vector.
+fn recipient_kek() -> [u8; 32] {
+    seq(0xc0)
+}
+/// The age X25519 identity of the recipient-slot vector, and its public key.
+const AGE_IDENTITY: &str =
+    "AGE-SECRET-KEY-1XQCNYVE5X5MRWWPE8GANC0F78AQYZSJRG3Z5V36GF99YKNZDFE8SPETATX";
+const AGE_RECIPIENT: &str = "age1xnjz6jh4a722q736sssphzyafng6ws7ty7c3k6ssgw9gl6uwtprss08l77";
+/// `age` field of the recipient-slot vector: an age file made once by Debian's age
+/// (`age -r AGE_RECIPIENT`, Go), whose plaintext is [`recipient_kek`]. age encryption is
+/// randomized, so this is an input, not a computed value.
+const AGE_FILE_B64: &str = "YWdlLWVuY3J5cHRpb24ub3JnL3YxCi0-IFgyNTUxOSBDdk11RHdjWEpNQjRQTiswZWcvUkp1bGpEcUpJZ1doejVUOHFPL3hjS1FFCllERlQxMkpLTmhKVE82ZlNMdksvdlgzWTYxaE83TG9Fd3RFNXhQNVVzaFEKLS0tICtieFVsU3Z2aUNtRDlIYS8ydGNITjU2b0lBSXhIUFY5dDdkdmUvVk5QY1kKFEE-wmVdXcNcfOg_hUfKEIapVGb_ixAobJ7CDuSyP4cdNKRm1DxjfWYJcj2i73pauO2dzBn63_hRGm22uEy4tQ";
 const PASSPHRASE: &[u8] = b"correct horse battery staple";
 const SLOT_LABEL: &str = "test";
 const ARGON2: Argon2Params = Argon2Params {
@@ -171,6 +187,14 @@ const EXPECTED: &[(&str, &str)] = &[
     ("recovery.text", "G20R-50W4-GP38-F249-HA5R-S3CE-HY89-34MK-JJAS-D5WR-K6D9-Q74X-KTFX-4SZ1"),
     ("recovery.kek", "a48c67baf8ec350e31623067c4bc8020f9b3043aa9395b8421aa8ab4c03290c9"),
     ("share.text", "cloakfs-share:AaChoqOkpaanqKmqq6ytrq8AAAADAgMB4OHi4-Tl5ufo6err7O3u7_Dx8vP09fb3-Pn6-_z9_v-JyRKU"),
+    ("shamir.share1.file", "# cloakfs key share 1 of 3: any 2 of them open key slot 3 of volume oKGio6SlpqeoqaqrrK2urw\ncloakfs-share:AaChoqOkpaanqKmqq6ytrq8AAAADAgMB4OHi4-Tl5ufo6err7O3u7_Dx8vP09fb3-Pn6-_z9_v-JyRKU\n"),
+    ("shamir.share2.file", "# cloakfs key share 2 of 3: any 2 of them open key slot 3 of volume oKGio6SlpqeoqaqrrK2urw\ncloakfs-share:AaChoqOkpaanqKmqq6ytrq8AAAADAgMC7ezv7uno6-rl5Ofm4eDj4p2cn56ZmJualZSXlpGQk5LakGWk\n"),
+    ("shamir.share3.file", "# cloakfs key share 3 of 3: any 2 of them open key slot 3 of volume oKGio6SlpqeoqaqrrK2urw\ncloakfs-share:AaChoqOkpaanqKmqq6ytrq8AAAADAgMDHRwfHhkYGxoVFBcWERATEk1MT05JSEtKRURHRkFAQ0IMZLBR\n"),
+    ("slots.keyfile.wrapped", "UFFSU1RVVldYWVpbMpL9O8-ALxDpsBEq7-5wj7YGhdKolENRXXe7Q2Gp6VflWO9HjtpN6B7O-AYI1vHf"),
+    ("slots.shamir.wrapped", "UFFSU1RVVldYWVpbcW83DtOyQZ9s_OHkfQsFLAeTpt0jDjD1kF0KD9HRo4wSNDW3pCxU4jPSy3Mf3WDz"),
+    ("slots.recovery.wrapped", "UFFSU1RVVldYWVpbJT8VYgMQXJJPcnCP3FkNm69cKCoWkZWv9V6S8Xg0S5nNAYuTf2bHnSTMoecYceIW"),
+    ("slots.recipient.wrapped", "UFFSU1RVVldYWVpbeDwY-25-C2J2mOkspTgf_vOj0-eAWOPDoC5DInjKlBV5Ndx0GtVc8CKSoqYspN_o"),
+    ("slots.mac", "hTSVx8hg1K6zAIFw2HY0eDuX851ow2DzctYYcFH0F_Y"),
 ];
 
 const EXPECTED_CANONICAL: &str = r#"cloakfs config v1
@@ -190,6 +214,64 @@ slot.0.kind=passphrase
 slot.0.label=test
 slot.0.salt=ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8
 slot.0.wrapped=UFFSU1RVVldYWVpb1voU2D3AB9rVNIZIDeFUNRuYiIhXoE1xMJ2HzN4NCD1pT0H-WGKtDQMzKfXsXTRh
+"#;
+
+const EXPECTED_SLOTS_CONFIG_JSON: &str = r#"{
+  "cloakfs": 1,
+  "volume": {
+    "block_size": "4096",
+    "content_cipher": "aes-256-gcm",
+    "format_version": "1",
+    "holes": "sparse",
+    "long_name_max": "255",
+    "name_cipher": "aes-256-siv",
+    "volume_id": "oKGio6SlpqeoqaqrrK2urw"
+  },
+  "slots": [
+    {
+      "argon2_iterations": "1",
+      "argon2_lanes": "1",
+      "argon2_memory_kib": "64",
+      "id": "1",
+      "kdf": "argon2id",
+      "kind": "passphrase",
+      "label": "test",
+      "salt": "ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8",
+      "wrapped": "UFFSU1RVVldYWVpb1voU2D3AB9rVNIZIDeFUNRuYiIhXoE1xMJ2HzN4NCD1pT0H-WGKtDQMzKfXsXTRh"
+    },
+    {
+      "id": "2",
+      "kind": "keyfile",
+      "label": "usb stick",
+      "salt": "ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8",
+      "wrapped": "UFFSU1RVVldYWVpbMpL9O8-ALxDpsBEq7-5wj7YGhdKolENRXXe7Q2Gp6VflWO9HjtpN6B7O-AYI1vHf"
+    },
+    {
+      "id": "3",
+      "kind": "shamir",
+      "label": "board",
+      "shares": "3",
+      "threshold": "2",
+      "wrapped": "UFFSU1RVVldYWVpbcW83DtOyQZ9s_OHkfQsFLAeTpt0jDjD1kF0KD9HRo4wSNDW3pCxU4jPSy3Mf3WDz"
+    },
+    {
+      "id": "4",
+      "kind": "recovery",
+      "label": "paper",
+      "salt": "ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8",
+      "wrapped": "UFFSU1RVVldYWVpbJT8VYgMQXJJPcnCP3FkNm69cKCoWkZWv9V6S8Xg0S5nNAYuTf2bHnSTMoecYceIW"
+    },
+    {
+      "age": "YWdlLWVuY3J5cHRpb24ub3JnL3YxCi0-IFgyNTUxOSBDdk11RHdjWEpNQjRQTiswZWcvUkp1bGpEcUpJZ1doejVUOHFPL3hjS1FFCllERlQxMkpLTmhKVE82ZlNMdksvdlgzWTYxaE83TG9Fd3RFNXhQNVVzaFEKLS0tICtieFVsU3Z2aUNtRDlIYS8ydGNITjU2b0lBSXhIUFY5dDdkdmUvVk5QY1kKFEE-wmVdXcNcfOg_hUfKEIapVGb_ixAobJ7CDuSyP4cdNKRm1DxjfWYJcj2i73pauO2dzBn63_hRGm22uEy4tQ",
+      "id": "5",
+      "kind": "recipient",
+      "label": "laptop",
+      "recipient_types": "x25519",
+      "wrapped": "UFFSU1RVVldYWVpbeDwY-25-C2J2mOkspTgf_vOj0-eAWOPDoC5DInjKlBV5Ndx0GtVc8CKSoqYspN_o"
+    }
+  ],
+  "mac": "hTSVx8hg1K6zAIFw2HY0eDuX851ow2DzctYYcFH0F_Y"
+}
 "#;
 
 const EXPECTED_CONFIG_JSON: &str = r#"{
@@ -310,6 +392,11 @@ fn inputs_are_documented() {
         hex(&key_file()),
         hex(&recovery_key()),
         hex(&share_y()),
+        hex(&shamir_kek()),
+        hex(&recipient_kek()),
+        AGE_IDENTITY.to_string(),
+        AGE_RECIPIENT.to_string(),
+        AGE_FILE_B64.to_string(),
         String::from_utf8(PASSPHRASE.to_vec()).unwrap(),
     ];
     for i in inputs {
@@ -599,6 +686,286 @@ fn slot_kind_vectors() {
         ("recovery.kek", hex(rkek.expose())),
         ("share.text", share_text),
     ]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shamir's field, and a config with one slot of each kind that opens without outside programs.
+
+/// Product in GF(2^8) with bytes as polynomials over GF(2) (bit i = coefficient of x^i), reduced
+/// by `poly` (0x11d for the shares, FORMAT.md 5.6). Written from the document, not from blahaj.
+fn gf_mul(mut a: u8, mut b: u8, poly: u16) -> u8 {
+    let mut r = 0u8;
+    while b != 0 {
+        if b & 1 == 1 {
+            r ^= a;
+        }
+        b >>= 1;
+        let carry = a & 0x80 != 0;
+        a <<= 1;
+        if carry {
+            a ^= (poly & 0xff) as u8;
+        }
+    }
+    r
+}
+
+fn gf_inv(a: u8, poly: u16) -> u8 {
+    (1..=255u8).find(|&x| gf_mul(a, x, poly) == 1).unwrap()
+}
+
+/// Lagrange interpolation at `x` of the points `(x_j, y_j)`, bytewise.
+fn interpolate(points: &[(u8, [u8; 32])], x: u8, poly: u16) -> [u8; 32] {
+    std::array::from_fn(|i| {
+        points.iter().fold(0u8, |acc, &(xj, ref yj)| {
+            let l = points
+                .iter()
+                .filter(|(xm, _)| *xm != xj)
+                .fold(1u8, |l, &(xm, _)| {
+                    gf_mul(l, gf_mul(xm ^ x, gf_inv(xm ^ xj, poly), poly), poly)
+                });
+            acc ^ gf_mul(l, yj[i], poly)
+        })
+    })
+}
+
+/// The y bytes of a share, from its documented encoding (bytes 24..56).
+fn share_bytes_y(share: &cloakfs_core::slots::shamir::Share) -> [u8; 32] {
+    let text = share.encode();
+    let raw = cloakfs_core::format::encoding::unb64(
+        text.strip_prefix("cloakfs-share:").unwrap().as_bytes(),
+    )
+    .unwrap();
+    raw[24..56].try_into().unwrap()
+}
+
+/// The three shares of the Shamir-slot vector: byte i of share x is `f_i(x) = k_i + c_i·x`,
+/// where `k` is the KEK and `c_i = k_i + y1_i` so that share 1 is [`share_y`].
+fn vector_shares() -> Vec<cloakfs_core::slots::shamir::Share> {
+    let (k, y1) = (shamir_kek(), share_y());
+    (1..=3u8)
+        .map(|x| {
+            let y: [u8; 32] = std::array::from_fn(|i| k[i] ^ gf_mul(k[i] ^ y1[i], x, 0x11d));
+            cloakfs_core::slots::shamir::Share::from_parts(volume_id(), 3, 2, 3, x, &y)
+        })
+        .collect()
+}
+
+#[test]
+fn shamir_field_vectors() {
+    use cloakfs_core::slots::shamir;
+    // The field facts FORMAT.md 5.6 gives to check an implementation.
+    assert_eq!(gf_mul(0x80, 0x02, 0x11d), 0x1d);
+    assert_eq!(gf_inv(0x03, 0x11d), 0xf4);
+    assert_eq!(gf_inv(0x03, 0x11b), 0xf6, "the AES field differs");
+    let mut g = 1u8;
+    for n in 1..=255 {
+        g = gf_mul(g, 0x02, 0x11d);
+        assert_eq!(g == 1, n == 255, "0x02 generates the multiplicative group");
+    }
+
+    // blahaj's split: x = 1..N in order, points of polynomials of degree M-1 over this field
+    // whose constant terms are the KEK bytes.
+    let kek = cloakfs_core::slots::Kek::from_slice(&shamir_kek());
+    let shares = shamir::split(&kek, volume_id(), 7, 3, 5).unwrap();
+    let points: Vec<(u8, [u8; 32])> = shares.iter().map(|s| (s.index, share_bytes_y(s))).collect();
+    assert_eq!(
+        points.iter().map(|p| p.0).collect::<Vec<_>>(),
+        [1, 2, 3, 4, 5]
+    );
+    for pick in [[0, 1, 2], [4, 2, 0], [1, 3, 4]] {
+        let three: Vec<_> = pick.iter().map(|&i| points[i]).collect();
+        assert_eq!(interpolate(&three, 0, 0x11d), shamir_kek());
+        for &(x, y) in &points {
+            assert_eq!(
+                interpolate(&three, x, 0x11d),
+                y,
+                "share {x} lies on the polynomial"
+            );
+        }
+        if pick != [0, 1, 2] {
+            // (For x = 1, 2, 3 every Lagrange coefficient at 0 is 1 in both fields.)
+            assert_ne!(interpolate(&three, 0, 0x11b), shamir_kek());
+        }
+    }
+
+    // The vector's shares: any two give the KEK, through cloakfs and through the document.
+    let shares = vector_shares();
+    let files: Vec<String> = shares.iter().map(|s| s.file_text().to_string()).collect();
+    let parsed: Vec<shamir::Share> = files
+        .iter()
+        .map(|f| shamir::Share::parse(f).unwrap())
+        .collect();
+    let cfg = slots_config();
+    let slot = cfg.slot(3).unwrap();
+    for (a, b) in [(0, 1), (0, 2), (1, 2), (2, 0)] {
+        let pair = [parsed[a].clone(), parsed[b].clone()];
+        let got = shamir::kek(slot, &volume_id(), &pair).unwrap().unwrap();
+        assert_eq!(got.expose(), &shamir_kek());
+        let points = [
+            (pair[0].index, share_bytes_y(&pair[0])),
+            (pair[1].index, share_bytes_y(&pair[1])),
+        ];
+        assert_eq!(interpolate(&points, 0, 0x11d), shamir_kek());
+        assert_ne!(interpolate(&points, 0, 0x11b), shamir_kek());
+    }
+    assert_eq!(share_bytes_y(&shares[0]), share_y());
+    check(&[
+        ("shamir.share1.file", files[0].clone()),
+        ("shamir.share2.file", files[1].clone()),
+        ("shamir.share3.file", files[2].clone()),
+    ]);
+}
+
+/// The volume of the inputs with one slot of each kind that needs no outside program, each
+/// wrapping the master key with the key-wrap nonce: 1 passphrase, 2 keyfile, 3 shamir (2 of
+/// 3), 4 recovery, 5 recipient (one X25519 recipient).
+fn slots_config() -> VolumeConfig {
+    use cloakfs_core::slots::{keyfile, kind, recovery, Kek};
+    let mk = master_key();
+    let mut c = config();
+    let (f, kek) = keyfile::new_slot(&key_file(), &salt()).unwrap();
+    c.add_slot(&mk, kind::KEYFILE, "usb stick", f, &kek, wrap_nonce())
+        .unwrap();
+    let mut f = cloakfs_core::format::config::Fields::new();
+    f.insert("threshold".into(), "2".into());
+    f.insert("shares".into(), "3".into());
+    let kek = Kek::from_slice(&shamir_kek());
+    c.add_slot(&mk, kind::SHAMIR, "board", f, &kek, wrap_nonce())
+        .unwrap();
+    let rk = recovery::RecoveryKey::from_bytes(&recovery_key());
+    let (f, kek) = recovery::new_slot(&rk, &salt());
+    c.add_slot(&mk, kind::RECOVERY, "paper", f, &kek, wrap_nonce())
+        .unwrap();
+    let mut f = cloakfs_core::format::config::Fields::new();
+    f.insert("recipient_types".into(), "x25519".into());
+    f.insert("age".into(), AGE_FILE_B64.into());
+    let kek = Kek::from_slice(&recipient_kek());
+    c.add_slot(&mk, kind::RECIPIENT, "laptop", f, &kek, wrap_nonce())
+        .unwrap();
+    c.seal(&mk);
+    c
+}
+
+#[test]
+fn slot_kinds_config_vector() {
+    use cloakfs_core::slots::{kind, recipient, recovery, shamir, KeySlot};
+    let c = slots_config();
+    let json = c.to_json();
+    let parsed = VolumeConfig::parse(&json).unwrap();
+    assert_eq!(parsed, c);
+    assert_eq!(
+        parsed.slots().iter().map(KeySlot::kind).collect::<Vec<_>>(),
+        [
+            kind::PASSPHRASE,
+            kind::KEYFILE,
+            kind::SHAMIR,
+            kind::RECOVERY,
+            kind::RECIPIENT
+        ]
+    );
+
+    // The age X25519 identity is the one of the recipient, and the age file holds the KEK.
+    let id: age::x25519::Identity = AGE_IDENTITY.parse().unwrap();
+    assert_eq!(id.to_public().to_string(), AGE_RECIPIENT);
+    let mut ids = recipient::Identities::new();
+    ids.add_file(
+        format!("# vector identity\n{AGE_IDENTITY}\n").as_bytes(),
+        "vector",
+        age::NoCallbacks,
+    )
+    .unwrap();
+
+    // Each secret alone opens its slot (and only that one) through cloakfs's unlocking, and the
+    // config MAC verifies under the master key it yields.
+    let shares: Vec<shamir::Share> = vector_shares()[1..]
+        .iter()
+        .map(|s| shamir::Share::parse(&s.file_text()).unwrap())
+        .collect();
+    let recovery_text = recovery::RecoveryKey::from_bytes(&recovery_key())
+        .encode()
+        .to_string();
+    let rk = recovery::RecoveryKey::parse(&recovery_text).unwrap();
+    for (want_id, want_kind) in [
+        (2, kind::KEYFILE),
+        (3, kind::SHAMIR),
+        (4, kind::RECOVERY),
+        (5, kind::RECIPIENT),
+    ] {
+        let u = parsed
+            .unlock_with(
+                |slot| -> cloakfs_core::Result<Option<cloakfs_core::slots::Kek>> {
+                    Ok(match (slot.kind(), want_kind) {
+                        (kind::KEYFILE, kind::KEYFILE) => {
+                            Some(cloakfs_core::slots::keyfile::kek(slot, &key_file())?)
+                        }
+                        (kind::SHAMIR, kind::SHAMIR) => shamir::kek(slot, &volume_id(), &shares)?,
+                        (kind::RECOVERY, kind::RECOVERY) => Some(recovery::kek(slot, &rk)?),
+                        (kind::RECIPIENT, kind::RECIPIENT) => {
+                            let kek = recipient::kek(slot, &ids)?.unwrap();
+                            assert_eq!(kek.expose(), &recipient_kek());
+                            Some(kek)
+                        }
+                        _ => None,
+                    })
+                },
+            )
+            .unwrap();
+        assert_eq!(u.slot_id, want_id);
+        assert_eq!(u.master_key.expose(), master_key().expose());
+    }
+
+    // Each `wrapped`, independently: AES-256-GCM(KEK, nonce, MK, documented AAD).
+    let keks: [(u32, Vec<u8>); 4] = [
+        (
+            2,
+            hkdf(&key_file(), Some(&salt()), b"cloakfs v1 slot keyfile", 32),
+        ),
+        (3, shamir_kek().to_vec()),
+        (
+            4,
+            hkdf(
+                &recovery_key(),
+                Some(&salt()),
+                b"cloakfs v1 slot recovery",
+                32,
+            ),
+        ),
+        (5, recipient_kek().to_vec()),
+    ];
+    let mut computed = Vec::new();
+    for (slot_id, kek) in keks {
+        let slot = parsed.slot(slot_id).unwrap();
+        let mut aad = format!("cloakfs slot v1\nvolume_id={}\n", b64(&volume_id()));
+        for (k, v) in slot.fields().iter().filter(|(k, _)| *k != "wrapped") {
+            aad.push_str(&format!("{k}={v}\n"));
+        }
+        let mut body = master_key().expose().to_vec();
+        let tag = Aes256Gcm::new(kek[..].into())
+            .encrypt_in_place_detached(&wrap_nonce().into(), aad.as_bytes(), &mut body)
+            .unwrap();
+        let wrapped = b64(&[wrap_nonce().as_slice(), &body, &tag].concat());
+        assert_eq!(slot.fields()["wrapped"], wrapped);
+        computed.push((format!("slots.{}.wrapped", slot.kind()), wrapped));
+    }
+    let mac_line = json.lines().find(|l| l.contains("\"mac\"")).unwrap();
+    let mac = mac_line.split('"').nth(3).unwrap().to_string();
+    computed.push(("slots.mac".into(), mac));
+    let computed: Vec<(&str, String)> = computed
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.clone()))
+        .collect();
+    if std::env::var_os("PRINT_VECTORS").is_some() {
+        eprintln!("SLOTS JSON\n{json}");
+    }
+    check(&computed);
+    assert_eq!(json, EXPECTED_SLOTS_CONFIG_JSON);
+    assert!(
+        format_md().contains(&json),
+        "slot-kinds config JSON not in FORMAT.md"
+    );
+    // The copy the independent decryptor's self-test reads.
+    let committed = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/slot-kinds.conf");
+    assert_eq!(fs::read_to_string(committed).unwrap(), json);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -232,6 +232,58 @@ fn tampered_name_is_neither_listed_nor_served() {
     assert_eq!(raw_names(&fs.mnt).len(), 3);
 }
 
+/// FORMAT.md 9.1: each name has one stored form, and the mount refuses the other one.
+#[test]
+fn name_in_the_other_stored_form_is_neither_listed_nor_served() {
+    use cloakfs_core::crypto::secret::Passphrase;
+    use cloakfs_core::format::config::VolumeParams;
+    use cloakfs_core::format::names;
+    let tmp = tempfile::tempdir().unwrap();
+    let cipher = tmp.path().join("cipher");
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    // With long_name_max 100, a 70-byte name is stored long (115 characters), a 40-byte one
+    // short (75 characters).
+    let mut params = VolumeParams::new();
+    params.long_name_max = 100;
+    cloakfs_core::Volume::create(&cipher, params, &Passphrase::new(PASS.to_vec()), kdf()).unwrap();
+    let mut fs = TestFs::mount_existing(tmp, cipher, mnt, |_| {});
+    let (long, short) = ("l".repeat(70), "s".repeat(40));
+    for n in [long.as_str(), short.as_str(), "kept"] {
+        fs::write(fs.p(n), n).unwrap();
+    }
+    fs.unmount();
+    // The long name into the short form: its full encrypted name as the backing name.
+    let lb = fs.backing(&long);
+    let side = lb.with_file_name(names::sidecar_name(
+        lb.file_name().unwrap().to_str().unwrap(),
+    ));
+    let full = fs::read_to_string(&side).unwrap();
+    fs::rename(&lb, fs.cipher.join(&full)).unwrap();
+    fs::remove_file(&side).unwrap();
+    // The short name into the long form: a sidecar holding it, the entry under its hash.
+    let sb = fs.backing(&short);
+    let e = sb.file_name().unwrap().to_str().unwrap().to_string();
+    let as_long = names::long_backing_name(&e);
+    fs::write(fs.cipher.join(names::sidecar_name(&as_long)), &e).unwrap();
+    fs::rename(&sb, fs.cipher.join(&as_long)).unwrap();
+
+    fs.mount();
+    captured_log();
+    assert_eq!(names(&fs.mnt), vec!["kept"]);
+    for n in [&long, &short] {
+        assert_eq!(errno(&fs::read(fs.p(n)).unwrap_err()), libc::ENOENT);
+    }
+    // A warning names each refused backing entry (never its plaintext name).
+    for b in [&full, &as_long] {
+        let lines = log_lines_with(b);
+        assert!(!lines.is_empty(), "no warning names {b}");
+        assert!(lines
+            .iter()
+            .all(|l| !l.contains(&long) && !l.contains(&short)));
+    }
+}
+
 #[test]
 fn file_moved_to_another_backing_directory_is_not_listed() {
     let mut fs = volume_with(&[("a/f", b"from a")], &["a", "b"]);
