@@ -19,7 +19,9 @@ pub mod callback;
 pub mod client;
 pub mod daemon;
 pub mod gate;
-mod lines;
+// Public only for the fuzz targets (fuzz/): not part of the daemon's API.
+#[doc(hidden)]
+pub mod lines;
 pub mod naming;
 pub mod peer;
 pub mod perms;
