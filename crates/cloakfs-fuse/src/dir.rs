@@ -170,7 +170,7 @@ impl CloakFs {
 
     /// The full encrypted name stored in the sidecar of long entry `backing`.
     fn read_sidecar(dir: BorrowedFd<'_>, backing: &str) -> Result<String, &'static str> {
-        let bytes = sys::read_small(dir, &names::sidecar_name(backing), 4096)
+        let bytes = sys::read_small(dir, &names::sidecar_name(backing), names::SIDECAR_MAX)
             .map_err(|_| "long name without a readable sidecar")?;
         let full = String::from_utf8(bytes).map_err(|_| "long-name sidecar is not text")?;
         let full = full.trim_end().to_string();

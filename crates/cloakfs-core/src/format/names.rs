@@ -30,6 +30,9 @@ pub const RESERVED_PREFIX: &str = "cloakfs.";
 pub const LONG_NAME_MAX_DEFAULT: usize = 255;
 /// Smallest `long_name_max` (a long-name entry itself is 56 bytes).
 pub const LONG_NAME_MAX_MIN: usize = 62;
+/// Largest sidecar file read: one encrypted name (at most 362 bytes) with room to spare. A
+/// larger (planted) sidecar is refused without being read into memory.
+pub const SIDECAR_MAX: usize = 4096;
 
 /// A directory's random 128-bit ID; names inside it are bound to it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

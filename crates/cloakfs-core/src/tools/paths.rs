@@ -73,13 +73,27 @@ pub fn decrypt_entry(
         names::EntryKind::Internal => Ok(None),
         names::EntryKind::Encrypted(e) => volume.names().decrypt_short(dir_id, e).map(Some),
         names::EntryKind::Long(b) => {
-            let full = std::fs::read_to_string(dir.join(names::sidecar_name(b)))?;
+            let full = read_sidecar(&dir.join(names::sidecar_name(b)))?;
             volume
                 .names()
                 .decrypt_long(dir_id, b, full.trim_end())
                 .map(Some)
         }
     }
+}
+
+/// Reads the sidecar file at `path`: the full encrypted name, as text (invalid UTF-8 replaced:
+/// such a sidecar matches no entry). A file over [`names::SIDECAR_MAX`] bytes is refused
+/// (`EFBIG`) without being read into memory.
+pub fn read_sidecar(path: &Path) -> std::io::Result<String> {
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(names::SIDECAR_MAX as u64 + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() > names::SIDECAR_MAX {
+        return Err(std::io::Error::from_raw_os_error(libc::EFBIG));
+    }
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// Writes the sidecar of a long name (before the entry itself is created).
@@ -90,4 +104,43 @@ pub fn write_sidecar(dir: &Path, stored: &StoredName) -> Result<()> {
         f.sync_all()?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crypto::keys::MasterKey;
+    use crate::format::config::{VolumeConfig, VolumeParams};
+
+    fn volume() -> Volume {
+        let mk = MasterKey::generate();
+        let mut c = VolumeConfig::new(VolumeParams::new());
+        c.seal(&mk);
+        Volume::from_master_key(c, &mk).unwrap()
+    }
+
+    /// A planted sidecar far larger than any encrypted name is refused before it is read
+    /// into memory (the offline tools read it whole before; the FUSE side never did).
+    #[test]
+    fn oversized_sidecar_is_refused_unread() {
+        let v = volume();
+        let dir = tempfile::tempdir().unwrap();
+        let dir_id = DirId([1; 16]);
+        let StoredName::Long { backing, full } = v.names().encrypt(&dir_id, &[b'x'; 255]).unwrap()
+        else {
+            panic!("255 bytes make a long name")
+        };
+        let sidecar = dir.path().join(names::sidecar_name(&backing));
+        std::fs::write(&sidecar, format!("{full}\n")).unwrap();
+        let plain = decrypt_entry(&v, &dir_id, dir.path(), &backing).unwrap();
+        assert_eq!(plain, Some(vec![b'x'; 255]));
+
+        let planted = std::fs::File::create(&sidecar).unwrap();
+        planted.set_len(1 << 40).unwrap();
+        let err = read_sidecar(&sidecar).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EFBIG));
+        assert!(decrypt_entry(&v, &dir_id, dir.path(), &backing).is_err());
+        let walked = crate::tools::walk::decrypt_name(&v, &dir_id, dir.path(), backing.as_ref());
+        assert!(walked.unwrap_err().1.contains("sidecar"));
+    }
 }

@@ -1137,7 +1137,7 @@ impl<'a> Engine<'a> {
             }
             names::EntryKind::Long(b) => {
                 let sidecar = dir.join(names::sidecar_name(b));
-                let full = std::fs::read_to_string(&sidecar)
+                let full = crate::tools::paths::read_sidecar(&sidecar)
                     .map_err(|e| tampered_at(&at, format!("sidecar: {e}")))?;
                 let full = full.trim_end();
                 if self.to.names().decrypt_long(dir_id, b, full).is_ok() {
@@ -1199,7 +1199,7 @@ impl<'a> Engine<'a> {
             let p = dir.join(n);
             let entry = crate::tools::walk::sidecar_entry(n.to_str().expect("classified as UTF-8"))
                 .expect("a sidecar");
-            let full = std::fs::read_to_string(&p).unwrap_or_default();
+            let full = crate::tools::paths::read_sidecar(&p).unwrap_or_default();
             let ours = [self.to, self.from].iter().any(|v| {
                 v.names()
                     .decrypt_long(dir_id, entry, full.trim_end())

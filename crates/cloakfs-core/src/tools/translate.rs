@@ -4,7 +4,7 @@
 use crate::error::{Error, Result};
 use crate::format::config::CONFIG_FILE;
 use crate::format::names::{self, DIRID_FILE};
-use crate::tools::paths::read_dir_id;
+use crate::tools::paths::{read_dir_id, read_sidecar};
 use crate::volume::Volume;
 use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
@@ -192,15 +192,14 @@ pub fn decrypt_path(volume: &Volume, cipherdir: &Path, backing: &Path) -> Result
         let plain_name = match names::classify(s) {
             names::EntryKind::Encrypted(e) => volume.names().decrypt_short(&dir_id, e)?,
             names::EntryKind::Long(b) => {
-                let full =
-                    std::fs::read_to_string(dir.join(names::sidecar_name(b))).map_err(|e| {
-                        Error::Tampered(format!("long name {b}: cannot read its sidecar ({e})"))
-                    })?;
+                let full = read_sidecar(&dir.join(names::sidecar_name(b))).map_err(|e| {
+                    Error::Tampered(format!("long name {b}: cannot read its sidecar ({e})"))
+                })?;
                 volume.names().decrypt_long(&dir_id, b, full.trim_end())?
             }
             names::EntryKind::Internal => match crate::tools::walk::sidecar_entry(s) {
                 Some(entry) if last => {
-                    let full = std::fs::read_to_string(dir.join(s))?;
+                    let full = read_sidecar(&dir.join(s))?;
                     volume
                         .names()
                         .decrypt_long(&dir_id, entry, full.trim_end())?

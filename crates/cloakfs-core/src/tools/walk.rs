@@ -514,7 +514,7 @@ pub fn decrypt_name(
             .map_err(|e| (BadKind::Name, name_detail(&e))),
         names::EntryKind::Long(b) => {
             let sidecar = dir.join(names::sidecar_name(b));
-            let full = match std::fs::read(&sidecar) {
+            let full = match crate::tools::paths::read_sidecar(&sidecar) {
                 Ok(f) => f,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     return Err((
@@ -524,7 +524,6 @@ pub fn decrypt_name(
                 }
                 Err(e) => return Err((BadKind::SidecarMissing, format!("sidecar: {e}"))),
             };
-            let full = String::from_utf8_lossy(&full);
             if names::long_backing_name(full.trim_end()) != b {
                 return Err((
                     BadKind::SidecarMismatch,
