@@ -7,6 +7,8 @@ pkgs=(fuse3 libfuse3-dev attr acl pkg-config python3 python3-pip)
 pkgs+=(softhsm2 gnupg age openssh-client)
 # Multi-user tests make real users and sessions (useradd, setpriv, setsid).
 pkgs+=(passwd util-linux)
+# Long fuzz runs (scripts/fuzz.sh) build libFuzzer, which is C++.
+pkgs+=(g++)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
