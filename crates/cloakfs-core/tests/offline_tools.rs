@@ -399,3 +399,26 @@ fn names_in_the_other_stored_form_are_refused() {
     }
     assert_eq!(read_plain(&v, &c, Path::new("kept")), b"kept");
 }
+
+/// A planted rekey journal far larger than any real one is refused before it is read into
+/// memory (it was read whole).
+#[test]
+fn oversized_rekey_journal_is_refused_unread() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = tmp.path().join("cipher");
+    let v = Volume::create(&c, VolumeParams::new(), &pass(), CHEAP).unwrap();
+    std::fs::File::create(rekey::journal_path(&c))
+        .unwrap()
+        .set_len(1 << 40)
+        .unwrap();
+    for result in [
+        rekey::resume(&v, &c, None, &NoProgress),
+        rekey::rollback(&v, &c, None, &NoProgress),
+    ] {
+        let err = result.unwrap_err().to_string();
+        assert!(
+            err.contains("rekey journal") && err.contains("too large"),
+            "{err}"
+        );
+    }
+}

@@ -38,7 +38,7 @@
 use crate::crypto::keys::MasterKey;
 use crate::crypto::secret::SecretBytes;
 use crate::error::{Error, Result};
-use crate::format::config::{config_path, VolumeConfig};
+use crate::format::config::{config_path, VolumeConfig, CONFIG_MAX_BYTES};
 use crate::format::content::{FileHeader, FileId};
 use crate::format::encoding::{b64, unb64};
 use crate::format::names::{self, DirId, StoredName};
@@ -317,10 +317,22 @@ enum JournalState {
     Swapped,
 }
 
+/// Largest rekey journal read, so a planted one cannot exhaust memory: it holds a config (at
+/// most `CONFIG_MAX_BYTES`) as a JSON string, which escaping makes at most 6 times longer
+/// (`\u0001`), and short fields.
+const JOURNAL_MAX_BYTES: u64 = 6 * CONFIG_MAX_BYTES + 4096;
+
 fn read_journal(cipherdir: &Path, volume: &Volume) -> Result<JournalState> {
     let path = journal_path(cipherdir);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
+    let damaged = |m: &str| Error::ConfigDamaged(format!("rekey journal {}: {m}", path.display()));
+    let mut text = String::new();
+    let read = File::open(&path).and_then(|f| {
+        use std::io::Read;
+        f.take(JOURNAL_MAX_BYTES + 1).read_to_string(&mut text)
+    });
+    match read {
+        Ok(_) if text.len() as u64 > JOURNAL_MAX_BYTES => return Err(damaged("too large")),
+        Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(Error::Refused(format!(
                 "no interrupted rekey of {} (no {REKEY_JOURNAL})",
@@ -328,8 +340,7 @@ fn read_journal(cipherdir: &Path, volume: &Volume) -> Result<JournalState> {
             )))
         }
         Err(e) => return Err(e.into()),
-    };
-    let damaged = |m: &str| Error::ConfigDamaged(format!("rekey journal {}: {m}", path.display()));
+    }
     let j: JournalFile = serde_json::from_str(&text).map_err(|e| damaged(&e.to_string()))?;
     if j.cloakfs_rekey != JOURNAL_VERSION {
         return Err(Error::UnsupportedVersion {
