@@ -11,7 +11,7 @@
 # target/fuzz/artifacts/TARGET/. It runs under nice -n 19.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-targets=(config slots file names meta share recovery_key control)
+targets=(config slots file names meta rekey_journal share recovery_key control)
 triple=$(rustc -vV | sed -n 's/^host: //p')
 export CARGO_TARGET_DIR=target/fuzz
 # Given with --target, RUSTFLAGS reach the target's code only, not build scripts or proc-macros.

@@ -88,6 +88,10 @@ thread_local! {
         })
         .collect();
     static REFERENCE: Rc<(VolumeConfig, Vec<Share>)> = Rc::new(build_reference());
+    static REFERENCE_VOLUME: Rc<Volume> = Rc::new(
+        Volume::from_master_key(REFERENCE.with(|r| r.0.clone()), &master_key())
+            .expect("reference volume"),
+    );
     static IDENTITIES: Rc<recipient::Identities> = {
         let mut ids = recipient::Identities::new();
         ids.add_file(AGE_IDENTITY.as_bytes(), "fixture", age::NoCallbacks)
@@ -105,6 +109,11 @@ pub fn volume(flags: u8) -> Rc<Volume> {
 /// its shamir slot.
 pub fn reference() -> Rc<(VolumeConfig, Vec<Share>)> {
     REFERENCE.with(Rc::clone)
+}
+
+/// The reference config's volume.
+pub fn reference_volume() -> Rc<Volume> {
+    REFERENCE_VOLUME.with(Rc::clone)
 }
 
 /// The identities holding [`AGE_IDENTITY`].

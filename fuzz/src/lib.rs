@@ -53,6 +53,11 @@ pub const TARGETS: &[Target] = &[
         seeds: seeds::meta,
     },
     Target {
+        name: "rekey_journal",
+        run: targets::rekey_journal,
+        seeds: seeds::rekey_journal,
+    },
+    Target {
         name: "share",
         run: targets::share,
         seeds: seeds::share,

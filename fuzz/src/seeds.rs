@@ -6,6 +6,7 @@ use crate::records;
 use cloakfs_core::crypto::keys::MasterKey;
 use cloakfs_core::format::config::{VolumeConfig, VolumeParams};
 use cloakfs_core::format::content::ContentSuite;
+use cloakfs_core::format::encoding::b64;
 use cloakfs_core::format::names::StoredName;
 use cloakfs_core::io::file::ContentFile;
 use cloakfs_core::slots::shamir::Share;
@@ -123,6 +124,29 @@ pub fn meta() -> Vec<Vec<u8>> {
         [&[1u8][..], &name].concat(),
         [&[1u8][..], b"security.selinux"].concat(),
         [&[2u8, name.len() as u8][..], &name, &value].concat(),
+    ]
+}
+
+/// Rekey journals: one of a rekey that had finished (its new config is the one on disk), one
+/// of another volume, one of a newer cloakfs.
+pub fn rekey_journal() -> Vec<Vec<u8>> {
+    let reference = fixture::reference();
+    let other = config().pop().expect("a config");
+    let journal = |version: u64, config: &str| {
+        serde_json::json!({
+            "cloakfs_rekey": version,
+            "volume_id": b64(&VOLUME_ID),
+            "new_key": b64(&[7; 60]),
+            "new_config": config,
+        })
+        .to_string()
+        .into_bytes()
+    };
+    let done = reference.0.to_json();
+    vec![
+        journal(1, &done),
+        journal(1, std::str::from_utf8(&other).expect("JSON")),
+        journal(2, &done),
     ]
 }
 

@@ -15,7 +15,7 @@ use cloakfs_core::slots::recovery::RecoveryKey;
 use cloakfs_core::slots::shamir::Share;
 use cloakfs_core::slots::{keyfile, kind, passphrase, recipient, recovery, shamir, Kek, KeySlot};
 use cloakfs_core::tools::blocks::{BlockReader, BlockState};
-use cloakfs_core::tools::{paths, walk};
+use cloakfs_core::tools::{paths, rekey, walk};
 use cloakfs_core::Volume;
 use cloakfs_daemon::lines::{Line, LineReader};
 use cloakfs_daemon::protocol::{Request, Response, MAX_MESSAGE};
@@ -352,6 +352,28 @@ pub fn meta(data: &[u8]) {
             }
         }
     }
+}
+
+/// A planted rekey journal next to the reference config: `cloakfs rekey --rollback` reads
+/// and checks it. Only a journal whose new config is the config on disk (a rekey that had
+/// finished) is accepted, and then removed; none of these opens with the volume's key, so no
+/// rekey runs.
+pub fn rekey_journal(data: &[u8]) {
+    let reference = fixture::reference();
+    let volume = fixture::reference_volume();
+    with_scratch(|dir| {
+        let cipherdir = dir.join("volume");
+        if !cipherdir.exists() {
+            std::fs::create_dir(&cipherdir).expect("scratch volume");
+            reference.0.save(&cipherdir).expect("scratch config");
+        }
+        let journal = rekey::journal_path(&cipherdir);
+        std::fs::write(&journal, data).expect("scratch journal");
+        let rolled_back = rekey::rollback(&volume, &cipherdir, None, &walk::NoProgress);
+        assert_eq!(rolled_back.is_ok(), !journal.exists());
+        let on_disk = VolumeConfig::load(&cipherdir).expect("the config is left alone");
+        assert_eq!(on_disk, reference.0);
+    });
 }
 
 /// A share file: parse, re-encode, and combine with the reference shamir slot's shares.
