@@ -5,6 +5,7 @@
 #   scripts/fuzz.sh TARGET [SECONDS] [libFuzzer options...]   run TARGET (default 600 s)
 #   scripts/fuzz.sh --build                                    build every target only
 #   scripts/fuzz.sh --list                                     name the targets
+#   scripts/fuzz.sh --merge TARGET                             minimize into fuzz/corpus
 #
 # The run starts from the target's seeds and checked-in corpus (fuzz/corpus/TARGET), writes
 # what it finds to target/fuzz/corpus/TARGET, and a crashing input to
@@ -27,20 +28,33 @@ build() {
     (unset CARGO_TARGET_DIR RUSTFLAGS
      nice -n 19 cargo build --release -q -p cloakfs-fuzz --bin fuzz-seeds)
 }
+known() {
+    if [[ ! " ${targets[*]} " == *" $1 "* ]]; then
+        echo "fuzz.sh: no target '$1' (targets: ${targets[*]})" >&2
+        exit 2
+    fi
+}
+bin=target/fuzz/$triple/release
 case "${1:-}" in
     --list) printf '%s\n' "${targets[@]}"; exit 0 ;;
     --build) build "${targets[@]}"; exit 0 ;;
-    ""|-*) sed -n '4,6p' "$0" >&2; exit 2 ;;
+    --merge)
+        target=${2:?usage: scripts/fuzz.sh --merge TARGET}
+        known "$target"
+        build "$target"
+        mkdir -p "fuzz/corpus/$target"
+        # Keeps what fuzz/corpus/TARGET has, adds the inputs of the last runs that reach
+        # something new.
+        exec nice -n 19 "$bin/fuzz_$target" -merge=1 \
+            "fuzz/corpus/$target" "target/fuzz/corpus/$target"
+        ;;
+    ""|-*) sed -n '5,8p' "$0" | sed 's/^#   /usage: /' >&2; exit 2 ;;
 esac
 target=$1
 secs=${2:-600}
 shift $(( $# < 2 ? $# : 2 ))
-if [[ ! " ${targets[*]} " == *" $target "* ]]; then
-    echo "fuzz.sh: no target '$target' (targets: ${targets[*]})" >&2
-    exit 2
-fi
+known "$target"
 build "$target"
-bin=target/fuzz/$triple/release
 work=target/fuzz/corpus/$target
 mkdir -p "$work" "target/fuzz/artifacts/$target" "fuzz/corpus/$target"
 target/release/fuzz-seeds "$target" "$work"
