@@ -74,7 +74,10 @@ pub fn file() -> Vec<Vec<u8>> {
                 cf.punch_hole(bs as u64, bs as u64).expect("seed hole");
             }
             drop(cf);
-            let mut seed = vec![flags, 0, 0];
+            // Files with a hole also get a sparse tail of 8 x 0x1000 zero bytes.
+            let tail: u16 = if hole { 0x1000 } else { 0 };
+            let mut seed = vec![flags];
+            seed.extend_from_slice(&tail.to_le_bytes());
             seed.extend_from_slice(&(size as u32 / 2).to_le_bytes());
             seed.extend_from_slice(&(bs as u16 / 3).to_le_bytes());
             seed.extend_from_slice(&std::fs::read(&path).expect("seed bytes"));

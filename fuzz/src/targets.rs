@@ -14,7 +14,7 @@ use cloakfs_core::io::file::ContentFile;
 use cloakfs_core::slots::recovery::RecoveryKey;
 use cloakfs_core::slots::shamir::Share;
 use cloakfs_core::slots::{keyfile, kind, passphrase, recipient, recovery, shamir, Kek, KeySlot};
-use cloakfs_core::tools::blocks::{BlockReader, BlockState};
+use cloakfs_core::tools::blocks::{BlockReader, BlockState, CHUNK_BLOCKS};
 use cloakfs_core::tools::{paths, rekey, walk};
 use cloakfs_core::Volume;
 use cloakfs_daemon::lines::{Line, LineReader};
@@ -120,7 +120,7 @@ fn unlock(c: &VolumeConfig) {
 
 /// A planted backing file: `flags(1) || zero tail(2) || write offset(4) || write length(2) ||
 /// file bytes`. `flags` picks the suite, hole mode and block size ([`fixture::geometry`]); the
-/// file gets `zero tail` more zero bytes (a sparse extension). Checks the header parser and the
+/// file gets 8 x `zero tail` more zero bytes (a sparse extension). Checks the header parser and the
 /// layout arithmetic, then reads every block with the FUSE path ([`ContentFile`]) and the tools'
 /// path ([`BlockReader`]), which must agree; then a write, which must read back.
 pub fn file(data: &[u8]) {
@@ -128,7 +128,8 @@ pub fn file(data: &[u8]) {
         return;
     };
     let flags = head[0];
-    let tail = u64::from(u16::from_le_bytes([head[1], head[2]]));
+    // Up to 512 KiB: enough blocks for the paths that open them on all cores.
+    let tail = 8 * u64::from(u16::from_le_bytes([head[1], head[2]]));
     let write_off = u64::from(u32::from_le_bytes([head[3], head[4], head[5], head[6]]));
     let write_len = usize::from(u16::from_le_bytes([head[7], head[8]]));
     if let Ok(h) = FileHeader::parse(bytes) {
@@ -185,9 +186,13 @@ fn read_and_write(
         assert_eq!(r.size(), content.size());
         let (mut out, mut sealed) = (Vec::new(), Vec::new());
         let mut b = 0;
-        while b < r.block_count() {
+        // Chunk sizes as the tools use them (on all cores from 16 blocks) and small ones.
+        for max in [CHUNK_BLOCKS, 1, 2, 3].into_iter().cycle() {
+            if b >= r.block_count() {
+                break;
+            }
             let chunk = r
-                .read_chunk(b, 1 + b % 3, &mut out, &mut sealed)
+                .read_chunk(b, max, &mut out, &mut sealed)
                 .expect("read a chunk of a file that does not change");
             assert!(!chunk.states.is_empty());
             b += chunk.states.len() as u64;
@@ -217,6 +222,26 @@ fn read_and_write(
             }
             (Err(_), BlockState::Failed) => {}
             (got, state) => panic!("block {b}: read {got:?} but the tools' reader says {state:?}"),
+        }
+    }
+    // Runs of blocks opened in place in one buffer: the whole file, and the range of the
+    // write below (before it is written).
+    if blocks.is_some() {
+        let span = |from: u64, to: u64| {
+            let first = (from / bs) as usize;
+            let last = to.div_ceil(bs) as usize;
+            &states[first..last.max(first)]
+        };
+        let range = (off % (size + 1), len as u64 % (size + 1));
+        for (from, n) in [(0, size), (range.0, range.1.min(size - range.0))] {
+            let mut buf = vec![0u8; n as usize];
+            let got = content.read_at(from, &mut buf);
+            if n > 0 && span(from, from + n).contains(&BlockState::Failed) {
+                assert!(got.is_err(), "a run with a failed block fails");
+            } else {
+                assert_eq!(got.expect("a run of good blocks reads"), n as usize);
+                assert_eq!(buf, plain[from as usize..(from + n) as usize]);
+            }
         }
     }
     // A write inside or just past the end, then the same range must read back.
