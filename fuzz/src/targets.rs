@@ -5,8 +5,8 @@
 use crate::fixture::{self, DIR_ID, VOLUME_ID};
 use crate::records;
 use cloakfs_core::error::{Error, Result};
-use cloakfs_core::format::config::{VolumeConfig, CONFIG_VERSION};
-use cloakfs_core::format::content::FileHeader;
+use cloakfs_core::format::config::{KeySource, VolumeConfig, CONFIG_VERSION};
+use cloakfs_core::format::content::{ContentCodec, ContentSuite, FileHeader};
 use cloakfs_core::format::encoding::b64;
 use cloakfs_core::format::layout::{Layout, HEADER_LEN};
 use cloakfs_core::format::names::{self, EntryKind, StoredName, DIRID_FILE};
@@ -53,12 +53,8 @@ pub fn config(data: &[u8]) {
 /// Key slots as binary records (see [`records`]) inside an otherwise valid config, sealed
 /// with the fixture master key: slot field parsing, every kind's KEK, and the unwrap.
 pub fn slots(data: &[u8]) {
-    let volume = VolumeConfig::new(fixture::params(
-        cloakfs_core::format::content::ContentSuite::Aes256Gcm,
-        4096,
-        false,
-    ))
-    .volume_fields();
+    let volume =
+        VolumeConfig::new(fixture::params(ContentSuite::Aes256Gcm, 4096, false)).volume_fields();
     let json = serde_json::json!({
         "cloakfs": CONFIG_VERSION,
         "volume": volume,
@@ -107,8 +103,7 @@ fn unlock(c: &VolumeConfig) {
             Volume::from_master_key(c.clone(), &u.master_key).expect("unlock verified the MAC");
         }
         Err(Error::NoUsableSlot(_)) => {
-            if let cloakfs_core::format::config::KeySource::Passphrase { kdf, .. } = c.key_source()
-            {
+            if let KeySource::Passphrase { kdf, .. } = c.key_source() {
                 if fixture::is_cheap(kdf) {
                     let _ = c.unlock_passphrase_full(&fixture::passphrase());
                 }
@@ -119,10 +114,11 @@ fn unlock(c: &VolumeConfig) {
 }
 
 /// A planted backing file: `flags(1) || zero tail(2) || write offset(4) || write length(2) ||
-/// file bytes`. `flags` picks the suite, hole mode and block size ([`fixture::geometry`]); the
-/// file gets 8 x `zero tail` more zero bytes (a sparse extension). Checks the header parser and the
-/// layout arithmetic, then reads every block with the FUSE path ([`ContentFile`]) and the tools'
-/// path ([`BlockReader`]), which must agree; then a write, which must read back.
+/// file bytes`. `flags` picks the suite, hole mode and block size ([`fixture::geometry`]);
+/// the file gets 8 x `zero tail` more zero bytes (a sparse extension). Checks the header
+/// parser and the layout arithmetic, then reads the blocks with the FUSE path
+/// ([`ContentFile`]) and the tools' path ([`BlockReader`]), which must agree; then a write,
+/// which must read back.
 pub fn file(data: &[u8]) {
     let Some((head, bytes)) = data.split_first_chunk::<9>() else {
         return;
@@ -171,12 +167,7 @@ fn check_layout(l: Layout, len: u64) {
     }
 }
 
-fn read_and_write(
-    codec: &Arc<cloakfs_core::format::content::ContentCodec>,
-    f: File,
-    off: u64,
-    len: usize,
-) {
+fn read_and_write(codec: &Arc<ContentCodec>, f: File, off: u64, len: usize) {
     let layout = codec.layout();
     let blocks = BlockReader::open(codec, f.try_clone().expect("dup")).ok();
     let content = ContentFile::open(codec.clone(), f).expect("open a planted file");
