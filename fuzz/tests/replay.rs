@@ -59,6 +59,14 @@ fn seeds_corpus_and_regressions_replay() {
 #[test]
 fn every_target_has_its_directories_and_a_binary() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let script = std::fs::read_to_string(root.join("../scripts/fuzz.sh")).expect("fuzz.sh");
+    let listed = script
+        .lines()
+        .find_map(|l| l.strip_prefix("targets=("))
+        .expect("fuzz.sh lists its targets");
+    let listed: Vec<&str> = listed.trim_end_matches(')').split_whitespace().collect();
+    let names: Vec<&str> = TARGETS.iter().map(|t| t.name).collect();
+    assert_eq!(listed, names, "scripts/fuzz.sh knows every target");
     for t in TARGETS {
         assert!(!(t.seeds)().is_empty(), "{} has seeds", t.name);
         let bin = root.join("fuzz_targets").join(format!("{}.rs", t.name));
