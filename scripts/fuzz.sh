@@ -35,6 +35,16 @@ known() {
     fi
 }
 bin=target/fuzz/$triple/release
+# Runs fuzz_$1 with the other arguments under nice. The targets' scratch files go to a
+# directory of this run, removed after it (libFuzzer exits without the destructors that would).
+fuzz() {
+    local t=$1 rc=0
+    shift
+    scratch=$(mktemp -d "${TMPDIR:-/tmp}/cloakfs-fuzz-run.XXXXXX")
+    trap 'rm -rf "$scratch"' EXIT
+    TMPDIR=$scratch nice -n 19 "$bin/fuzz_$t" "$@" || rc=$?
+    exit "$rc"
+}
 case "${1:-}" in
     --list) printf '%s\n' "${targets[@]}"; exit 0 ;;
     --build) build "${targets[@]}"; exit 0 ;;
@@ -45,8 +55,7 @@ case "${1:-}" in
         mkdir -p "fuzz/corpus/$target"
         # Keeps what fuzz/corpus/TARGET has, adds the inputs of the last runs that reach
         # something new.
-        exec nice -n 19 "$bin/fuzz_$target" -merge=1 \
-            "fuzz/corpus/$target" "target/fuzz/corpus/$target"
+        fuzz "$target" -merge=1 "fuzz/corpus/$target" "target/fuzz/corpus/$target"
         ;;
     ""|-*) sed -n '5,8p' "$0" | sed 's/^#   /usage: /' >&2; exit 2 ;;
 esac
@@ -58,6 +67,6 @@ build "$target"
 work=target/fuzz/corpus/$target
 mkdir -p "$work" "target/fuzz/artifacts/$target" "fuzz/corpus/$target"
 target/release/fuzz-seeds "$target" "$work"
-exec nice -n 19 "$bin/fuzz_$target" "$work" "fuzz/corpus/$target" \
+fuzz "$target" "$work" "fuzz/corpus/$target" \
     -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=8192 \
     -artifact_prefix="target/fuzz/artifacts/$target/" -print_final_stats=1 "$@"
