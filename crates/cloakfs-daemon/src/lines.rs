@@ -30,6 +30,16 @@ impl<R: Read> LineReader<R> {
         }
     }
 
+    /// Bytes read but not yet returned as a message (the start of the next one).
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The reader underneath.
+    pub fn get_mut(&mut self) -> &mut R {
+        &mut self.inner
+    }
+
     /// The next message. A final message without a newline counts as a message.
     pub fn next_line(&mut self) -> io::Result<Line> {
         let mut chunk = Zeroizing::new([0u8; 4096]);
