@@ -395,13 +395,23 @@ fn the_quota_attack_is_bounded_and_memory_comes_back() {
 #[test]
 fn a_cipher_directory_in_the_tree_is_refused() {
     use cloakfs_daemon::client::Client;
-    use cloakfs_daemon::protocol::Request;
+    use cloakfs_daemon::protocol::{Request, Response};
     let d = Daemon::start();
     let (o, m) = (owner(), mallory());
     let mut sh = d.shell(&o);
     let plain = attach_owner(&d, &mut sh, "proj", "");
     sh.ok("cloakfs authz add proj --user cfsd-mallory --perms read,write,exec,bypass");
     sh.ok("cloakfs authz add proj --user root --perms read,bypass");
+    // Root holds a session on the attach, so the daemon's own requests into it pass the
+    // gate (as in the issue: the nested attach then served, and hung the tree).
+    let r = Client::connect(&d.socket)
+        .unwrap()
+        .call(&Request::Auth {
+            name: "proj".into(),
+            authz: Some(3),
+        })
+        .unwrap();
+    assert!(matches!(r, Response::Authenticated { .. }), "{r:?}");
     let mut ms = d.shell(&m);
     ms.ok("cloakfs auth proj");
     let inner = plain.join("inner");
@@ -421,13 +431,6 @@ fn a_cipher_directory_in_the_tree_is_refused() {
     let out = attach(&mut ms, &inner, "evil");
     assert!(out.contains("daemon's own tree"), "{out}");
     // The same directory by another path: root binds the attach elsewhere.
-    Client::connect(&d.socket)
-        .unwrap()
-        .call(&Request::Auth {
-            name: "proj".into(),
-            authz: Some(3),
-        })
-        .unwrap();
     let bind = d.work.path().join("bind");
     std::fs::create_dir(&bind).unwrap();
     let st = Command::new("mount")
@@ -447,10 +450,10 @@ fn a_cipher_directory_in_the_tree_is_refused() {
     let out = attach(&mut ms, &bind.join("inner"), "evil2");
     assert!(out.contains("daemon's own tree"), "{out}");
     assert_eq!(d.ls_root(), vec!["proj"]);
-    // The tree serves on: parallel reads.
+    // The tree serves on: parallel reads (a hung tree fails here instead of hanging).
     let p = s(&plain);
     let out = sh.ok(&format!(
-        "for i in 1 2 3 4 5 6 7 8; do cat {p}/secret.txt & done; wait"
+        "for i in 1 2 3 4 5 6 7 8; do timeout -s KILL 60 cat {p}/secret.txt & done; wait"
     ));
     assert_eq!(out.matches("top secret").count(), 8, "{out}");
 }

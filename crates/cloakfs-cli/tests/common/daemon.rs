@@ -216,6 +216,15 @@ impl Drop for Daemon {
             // SAFETY: kill on the daemon's own pid (a zombie at worst, never reused).
             unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         }
+        // A daemon that does not stop (a regression) is killed, so no test leaves one.
+        let start = Instant::now();
+        while matches!(self.child.try_wait(), Ok(None)) {
+            if start.elapsed() > DEADLINE {
+                let _ = self.child.kill();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = self.child.wait();
         if is_mounted(&self.root) {
             let _ = Command::new("fusermount3")
