@@ -161,7 +161,7 @@ impl<T: Tree> Daemon<T> {
             conn.pending = None;
         }
         match req {
-            Request::Attach(r) => self.attach(&peer, r),
+            Request::Attach(r) => self.attach(&peer, &conn.process, r),
             Request::Status => {
                 let (attaches, sessions) = self.shared.lock().status(&mut ids, t);
                 Response::Status { attaches, sessions }
@@ -344,14 +344,14 @@ impl<T: Tree> Daemon<T> {
         }
     }
 
-    fn attach(&self, peer: &Peer, mut r: AttachRequest) -> Response {
+    fn attach(&self, peer: &Peer, caller: &Process, mut r: AttachRequest) -> Response {
         let key = decode_key(&r.master_key);
         r.master_key.zeroize();
         let key = match key {
             Ok(k) => k,
             Err(e) => return error(e),
         };
-        match self.attach_with(peer, &r, &key) {
+        match self.attach_with(peer, caller, &r, &key) {
             Ok(resp) => resp,
             Err(e) => error(e),
         }
@@ -360,6 +360,7 @@ impl<T: Tree> Daemon<T> {
     fn attach_with(
         &self,
         peer: &Peer,
+        caller: &Process,
         r: &AttachRequest,
         key: &MasterKey,
     ) -> Result<Response, String> {
@@ -419,11 +420,21 @@ impl<T: Tree> Daemon<T> {
             }
         };
         // Every check passed: only now is a process held. The attach ends with the leader
-        // of the owner's session, which is alive and leads `sid` right now.
-        let (leader, _) = session_leader(sid).map_err(|e| {
-            self.shared.lock().unreserve_name(&name);
-            format!("your session's leader (pid {sid}) cannot be watched, so the attach could not end with it: {e}")
-        })?;
+        // of the owner's session. The caller still in that session afterwards means the
+        // session lived all along, so `sid` named it alone and the pidfd is its leader's.
+        let leader = session_leader(sid)
+            .and_then(|(leader, _)| {
+                let still = caller.info().is_ok_and(|i| i.sid == Some(sid));
+                if still && !leader.exited() {
+                    Ok(leader)
+                } else {
+                    Err(io::Error::other("your process left its session meanwhile"))
+                }
+            })
+            .map_err(|e| {
+                self.shared.lock().unreserve_name(&name);
+                format!("your session's leader (pid {sid}) cannot be watched, so the attach could not end with it: {e}")
+            })?;
         let spec = AttachSpec {
             name: name.clone(),
             volume,

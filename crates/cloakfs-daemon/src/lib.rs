@@ -211,9 +211,11 @@ pub fn run(opts: DaemonOptions, stop: Stop, ready: impl FnOnce()) -> io::Result<
     r
 }
 
-/// Waits for `stop`, then ends the tree: unmounts it lazily, wakes every sleeping request,
-/// and if something still holds the tree after `timeout`, aborts its FUSE connection; as a
-/// last resort (the tree still serving after another `timeout`), wipes the keys and exits.
+/// Waits for `stop`, then ends the tree: unmounts it lazily and wakes every sleeping
+/// request. If something still holds the tree after `timeout`, its FUSE connection is
+/// aborted through the fuse control file system, and the serving loop ends; where that is
+/// not mounted (or the loop still serves after another `timeout`), every key is wiped and
+/// the process exits, which closes the FUSE device and so aborts the connection too.
 fn stop_when_asked<T: Tree>(
     stop: &Stop,
     shared: &shared::Shared,
@@ -237,14 +239,17 @@ fn stop_when_asked<T: Tree>(
         "the tree is still in use {} s after the unmount: aborting its FUSE connection",
         timeout.as_secs()
     );
-    if let Err(e) = tree.abort() {
-        tracing::warn!("aborting the tree's FUSE connection: {e}");
+    match tree.abort() {
+        Ok(()) => {
+            if stop.wait(Some(timeout), |s| s.finished) {
+                return;
+            }
+            tracing::error!("the tree still serves after its connection was aborted");
+        }
+        Err(e) => tracing::info!("no fuse control file system ({e}): ending the process"),
     }
-    if stop.wait(Some(timeout), |s| s.finished) {
-        return;
-    }
-    tracing::error!("the tree does not stop: wiping every key and exiting");
     daemon.detach_all();
     let _ = std::fs::remove_file(socket);
-    std::process::exit(1);
+    tracing::info!("every key wiped: exiting");
+    std::process::exit(0);
 }

@@ -344,28 +344,12 @@ pub(crate) fn mount_device_numbers(mountpoint: &std::path::Path) -> Option<(u32,
 }
 
 /// Aborts the FUSE connection of the mount whose device is (`major`, `minor`) through the
-/// fuse control file system: every request waiting on it fails and its server's reads end.
-/// Mounts the control file system where the kernel offers it, if nobody has (needs root).
+/// fuse control file system (where it is mounted, as systemd does): every request waiting on
+/// it fails and its server's reads end. `NotFound` without the control file system.
 pub(crate) fn abort_connection(major: u32, minor: u32) -> std::io::Result<()> {
-    const CONTROL: &str = "/sys/fs/fuse/connections";
     // The kernel names a connection by its device number in the kernel's encoding.
-    let abort = format!(
-        "{CONTROL}/{}/abort",
-        (u64::from(major) << 20) | u64::from(minor)
-    );
-    if !std::path::Path::new(&abort).exists() {
-        let mounted = rustix::mount::mount(
-            "fusectl",
-            CONTROL,
-            "fusectl",
-            rustix::mount::MountFlags::empty(),
-            None,
-        );
-        if let Err(e) = mounted {
-            tracing::debug!("mounting fusectl at {CONTROL}: {e}");
-        }
-    }
-    std::fs::write(&abort, b"1")
+    let dev = (u64::from(major) << 20) | u64::from(minor);
+    std::fs::write(format!("/sys/fs/fuse/connections/{dev}/abort"), b"1")
 }
 
 /// The `major:minor` of the newest mount at `mountpoint`.

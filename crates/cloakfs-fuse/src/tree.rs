@@ -311,7 +311,8 @@ impl TreeHandle {
     }
 
     /// Aborts the tree's FUSE connection: every request on it fails (ENOTCONN) from now on,
-    /// and [`MountedTree::run`] returns. Needs root.
+    /// and [`MountedTree::run`] returns. Needs root and the fuse control file system
+    /// (`/sys/fs/fuse/connections`, mounted by systemd); `NotFound` without it.
     pub fn abort(&self) -> io::Result<()> {
         let (major, minor) = self.device.ok_or_else(|| {
             io::Error::new(io::ErrorKind::NotFound, "the tree's device is unknown")
