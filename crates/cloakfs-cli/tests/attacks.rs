@@ -521,6 +521,15 @@ fn a_setuid_program_in_the_owners_session_gets_nothing() {
     ));
     sh.fails(&format!("{} sessions proj", s(&mcloakfs)));
     assert_eq!(sh.ok(&format!("cat {}", s(&secret))), "top secret\n");
+    // A session grant names a session's leader; --any-uid only means something for one.
+    assert!(sh
+        .fails(
+            "(sleep 60 & cloakfs authz add proj --session $! --perms read; r=$?; kill $!; exit $r)"
+        )
+        .contains("does not lead a Unix session"));
+    assert!(sh
+        .fails("cloakfs authz add proj --user cfsd-mallory --any-uid --perms read")
+        .contains("--any-uid needs --pid or --session"));
     // Unless the owner says so: a grant for the session's processes of any uid.
     let out = sh.ok(&format!(
         "cloakfs authz add proj --session {} --any-uid --perms read,bypass",
@@ -750,4 +759,23 @@ fn lookalike_names_are_refused() {
         assert!(out.contains("attach name"), "{bad:?}: {out}");
     }
     assert_eq!(d.ls_root(), vec!["proja"]);
+}
+
+/// The daemon's new options refuse what would disable them.
+#[test]
+fn zero_timeouts_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    for opt in ["--request-timeout", "--idle-timeout"] {
+        let out = common::cloakfs(&[
+            "daemon",
+            "--root",
+            s(&dir.path().join("crypt")),
+            "--socket",
+            s(&dir.path().join("sock")),
+            opt,
+            "0",
+        ]);
+        common::assert_fails(&out, 2, "must be longer than zero");
+        assert!(!dir.path().join("crypt").exists());
+    }
 }

@@ -325,6 +325,11 @@ fn attach_checks_the_key_and_the_name() {
     };
     rel.cipherdir = "enc".into();
     assert!(err(call(&env, &Request::Attach(rel))).contains("absolute"));
+    let Request::Attach(mut noisy) = attach_req(&env, "noisy") else {
+        unreachable!()
+    };
+    noisy.callback = Some("x".repeat(1025));
+    assert!(err(call(&env, &Request::Attach(noisy))).contains("callback longer than 1024"));
     let Request::Attach(mut missing) = attach_req(&env, "missing") else {
         unreachable!()
     };

@@ -53,6 +53,20 @@ pub struct DaemonArgs {
 }
 
 pub fn run(args: DaemonArgs) -> Result<()> {
+    let positive = |d: Duration, what: &str| {
+        if d.is_zero() {
+            Err(Failure::usage(format!("{what} must be longer than zero")))
+        } else {
+            Ok(d)
+        }
+    };
+    let limits = Limits {
+        connections: args.max_connections.max(1),
+        connections_per_uid: args.max_connections_per_user.max(1),
+        request_timeout: positive(args.request_timeout, "--request-timeout")?,
+        idle_timeout: positive(args.idle_timeout, "--idle-timeout")?,
+        ..Limits::default()
+    };
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return Err(Failure::usage(
@@ -76,26 +90,13 @@ pub fn run(args: DaemonArgs) -> Result<()> {
         .map_err(|e| Failure::mount(format!("tree root {}: {e}", args.root.display())))?;
     cloakfs_core::crypto::secret::harden_process();
     let root = std::fs::canonicalize(&args.root)?;
-    let positive = |d: Duration, what: &str| {
-        if d.is_zero() {
-            Err(Failure::usage(format!("{what} must be longer than zero")))
-        } else {
-            Ok(d)
-        }
-    };
     let opts = DaemonOptions {
         root: root.clone(),
         socket: args.socket.clone(),
         max_wait: args.max_wait,
         threads: args.threads.max(4),
         cache_timeout: Duration::from_secs_f64(args.cache_timeout.max(0.0)),
-        limits: Limits {
-            connections: args.max_connections.max(1),
-            connections_per_uid: args.max_connections_per_user.max(1),
-            request_timeout: positive(args.request_timeout, "--request-timeout")?,
-            idle_timeout: positive(args.idle_timeout, "--idle-timeout")?,
-            ..Limits::default()
-        },
+        limits,
         stop_timeout: args.stop_timeout,
     };
     let stop = Stop::new();
