@@ -207,6 +207,7 @@ pub fn control() -> Vec<Vec<u8>> {
             idle: Some(60),
             on_timeout: OnTimeout::SleepNew,
             callback: None,
+            any_uid: false,
         }),
         Request::Auth {
             name: "work".into(),

@@ -8,6 +8,20 @@ const SIGNALS: [i32; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
 /// Blocks the signals in this thread (threads started later inherit the mask) and starts a
 /// thread that waits for one and then detaches the mount at `mountpoint`.
 pub fn unmount_on_signal(mountpoint: PathBuf) {
+    on_signal(move |sig| {
+        tracing::info!("signal {sig}: unmounting {}", mountpoint.display());
+        // Lazy: open files keep working until closed, and nothing is lost.
+        let _ = std::process::Command::new("fusermount3")
+            .arg("-uz")
+            .arg(&mountpoint)
+            .stdin(std::process::Stdio::null())
+            .status();
+    });
+}
+
+/// Blocks the signals in this thread (threads started later inherit the mask) and starts a
+/// thread that waits for the first one and calls `then` with it.
+pub fn on_signal(then: impl FnOnce(i32) + Send + 'static) {
     // SAFETY: sigset operations on a zeroed, local sigset_t, then pthread_sigmask on it.
     let set = unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
@@ -26,12 +40,6 @@ pub fn unmount_on_signal(mountpoint: PathBuf) {
             if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
                 return;
             }
-            tracing::info!("signal {sig}: unmounting {}", mountpoint.display());
-            // Lazy: open files keep working until closed, and nothing is lost.
-            let _ = std::process::Command::new("fusermount3")
-                .arg("-uz")
-                .arg(&mountpoint)
-                .stdin(std::process::Stdio::null())
-                .status();
+            then(sig);
         });
 }

@@ -1,6 +1,8 @@
-//! Timeout callbacks (NCryptfs 3.5): `/bin/sh -c CMD sh NAME REASON` run as the user, in a
-//! new Unix session, with standard input and output on /dev/null. The daemon does not wait
-//! for it; a thread reaps it.
+//! Timeout callbacks (NCryptfs 3.5): `/bin/sh -c CMD sh NAME REASON` run as the user who set
+//! the callback (the attach's owner for `attach --callback`, the granter for `authz add
+//! --callback`; never the session's user, and root only if root set it), in a new Unix
+//! session, with standard input and output on /dev/null. The daemon does not wait for it; a
+//! thread reaps it.
 
 use crate::peer::{euid, user_info};
 use std::os::unix::process::CommandExt;

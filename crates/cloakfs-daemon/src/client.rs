@@ -35,7 +35,14 @@ impl Client {
     pub fn call(&mut self, req: &Request) -> io::Result<Response> {
         let mut text = Zeroizing::new(serde_json::to_vec(req).map_err(io::Error::other)?);
         text.push(b'\n');
-        self.stream.write_all(&text)?;
+        if let Err(e) = self.stream.write_all(&text) {
+            // A daemon that turns a connection away says why at once and closes it: the
+            // write may fail before the reason is read.
+            return match self.lines.next_line() {
+                Ok(Line::Message(m)) => serde_json::from_slice(&m).map_err(|_| e),
+                _ => Err(e),
+            };
+        }
         match self.lines.next_line()? {
             Line::Message(m) => serde_json::from_slice(&m).map_err(|e| {
                 io::Error::new(

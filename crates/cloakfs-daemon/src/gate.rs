@@ -37,6 +37,8 @@ impl Gate for DaemonGate {
             match reg.decide(attach, &mut ids, need, now()) {
                 Decision::Allow { bypass } => break Verdict::Allow { bypass },
                 Decision::Deny => break Verdict::Deny,
+                // The daemon is stopping: nobody will re-authenticate.
+                Decision::Wait(_) if reg.stopped => break Verdict::Deny,
                 Decision::Wait(session) => {
                     if waiting_on != Some(session) {
                         match waiting_on {
@@ -126,9 +128,11 @@ mod tests {
                     idle: None,
                     on_timeout: behaviour,
                     callback: None,
+                    any_uid: false,
                 },
                 &mut owner,
                 t,
+                None,
             )
             .unwrap();
         assert!(matches!(

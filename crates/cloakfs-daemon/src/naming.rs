@@ -1,13 +1,20 @@
 //! Attach names (NCryptfs 3.3.2): given, from the attaching entity, or random.
+//!
+//! A given name is drawn from a conservative set, so that no two names look alike and none
+//! can be mistaken for something else in a listing, a shell or a terminal: ASCII letters,
+//! digits, `.`, `_` and `-`, not starting with `.` (hidden attaches are chosen with
+//! `--hidden`) or `-` (an option to every command), at most [`MAX_NAME`] bytes. No space,
+//! no control or bidirectional character, no look-alike letter from another script.
 
 use crate::protocol::Naming;
 
 /// Longest attach name, in bytes (one path component).
 pub const MAX_NAME: usize = 255;
 
-/// Checks a name chosen by a user: one plain path component, not hidden (`.x`), no
-/// control characters. `u<N>` and `u<N>s<M>` are entity names: only user N may pick them.
+/// Checks a name chosen by a user (see the module's rules). `u<N>` and `u<N>s<M>` are
+/// entity names: only user N may pick them.
 pub fn validate_given(name: &str, uid: u32) -> Result<(), String> {
+    // Error messages quote the name escaped ({:?}): it may hold anything.
     if name.is_empty() || name.len() > MAX_NAME {
         return Err(format!("attach name must be 1 to {MAX_NAME} bytes"));
     }
@@ -16,9 +23,15 @@ pub fn validate_given(name: &str, uid: u32) -> Result<(), String> {
             "attach name {name:?} may not start with '.' (use --hidden to hide an attach)"
         ));
     }
-    if name.chars().any(|c| c == '/' || c.is_control()) {
+    if name.starts_with('-') {
+        return Err(format!("attach name {name:?} may not start with '-'"));
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
         return Err(format!(
-            "attach name {name:?} must be a single path component without control characters"
+            "attach name {name:?} may hold only ASCII letters, digits, '.', '_' and '-'"
         ));
     }
     if let Some(owner) = entity_name_uid(name) {
@@ -70,16 +83,35 @@ mod tests {
 
     #[test]
     fn given_names() {
-        assert!(validate_given("proj", 5).is_ok());
-        assert!(validate_given("my files", 5).is_ok());
+        for good in ["proj", "Proj-2.tar_x", "a", "A1", "x.", &"x".repeat(255)] {
+            assert!(validate_given(good, 5).is_ok(), "{good:?}");
+        }
         for bad in [
             "",
             ".",
             "..",
             ".hid",
+            "-rf",
             "a/b",
             "a\0b",
             "a\nb",
+            " ",
+            "proja ",
+            " proja",
+            "my files",
+            "*",
+            "a?",
+            "a\\b",
+            "a:b",
+            // Bidirectional overrides and isolates, zero-width and look-alike letters.
+            "abc\u{202e}fdp.exe",
+            "a\u{2066}b",
+            "pro\u{200b}ja",
+            "pr\u{043e}ja",
+            "\u{ff50}roja",
+            "caf\u{e9}",
+            "a\tb",
+            "a\u{7f}",
             &"x".repeat(256),
         ] {
             assert!(validate_given(bad, 5).is_err(), "{bad:?}");

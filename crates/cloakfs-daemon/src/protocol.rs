@@ -1,11 +1,13 @@
 //! The control protocol between `cloakfs` commands and the daemon.
 //!
 //! Transport: a Unix stream socket (default [`DEFAULT_SOCKET`], mode 0666; the daemon learns
-//! each peer's uid, gid and pid from the kernel with `SO_PEERCRED` and never trusts the
-//! client about who it is). Framing: one JSON object per line (UTF-8, `\n`-terminated, at
-//! most [`MAX_MESSAGE`] bytes). The client sends a [`Request`], the daemon answers with one
-//! [`Response`]; only `auth` takes two round trips (challenge, then answer) on the same
-//! connection. A connection may carry several requests in sequence.
+//! each peer's uid, gid and pid from the kernel with `SO_PEERCRED`, and a pidfd of it with
+//! `SO_PEERPIDFD`, when it connects, and never trusts the client about who it is).
+//! Framing: one JSON object per line (UTF-8, `\n`-terminated, at most [`MAX_MESSAGE`]
+//! bytes). The client sends a [`Request`], the daemon answers with one [`Response`]; only
+//! `auth` takes two round trips (challenge, then answer) on the same connection. A
+//! connection may carry several requests in sequence, all from the process that connected:
+//! once it has exited, the connection is refused.
 //!
 //! Secrets on the wire (the master key at attach, the passphrase verifier at `authz add`)
 //! are base64url without padding; both sides zeroize them after use. The passphrase itself
@@ -36,6 +38,16 @@ pub const PERMISSIONS: &[&str] = &[
     "revoke",
     "bypass",
 ];
+
+/// Parses one message (a line without its newline) as a request. The daemon's only entry
+/// point for untrusted bytes; the error never quotes the input.
+pub fn parse_request(msg: &[u8]) -> Result<Request, String> {
+    let text = std::str::from_utf8(msg).map_err(|_| "message is not UTF-8".to_string())?;
+    serde_json::from_str(text).map_err(|e| {
+        // serde_json's messages name positions and expected tokens, never the input.
+        format!("malformed request: {e}")
+    })
+}
 
 /// A request from a client.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -123,8 +135,8 @@ pub struct AttachRequest {
     /// callback runs.
     #[serde(default)]
     pub key_ttl: Option<u64>,
-    /// Command run (as the owner, through /bin/sh, with the attach name and the reason as
-    /// `$1` and `$2`) when the key or the owner's session times out.
+    /// Command run (as the owner, who sets it, through /bin/sh, with the attach name and the
+    /// reason as `$1` and `$2`) when the key or the owner's session times out.
     #[serde(default)]
     pub callback: Option<String>,
 }
@@ -172,8 +184,14 @@ pub struct AuthzAddRequest {
     pub idle: Option<u64>,
     #[serde(default)]
     pub on_timeout: OnTimeout,
+    /// Command run when a session of this authorization times out: as the user who adds
+    /// the authorization, never as the session's user.
     #[serde(default)]
     pub callback: Option<String>,
+    /// A pid or session authorization covers only processes of the uid of that process (or
+    /// session leader) unless this is set: then processes of any uid in it.
+    #[serde(default)]
+    pub any_uid: bool,
 }
 
 /// The daemon's answer.
@@ -241,6 +259,9 @@ pub struct AuthzInfo {
     pub idle: Option<u64>,
     pub on_timeout: OnTimeout,
     pub granted_by: u32,
+    /// The only uid whose processes a pid or session authorization covers (None: any).
+    #[serde(default)]
+    pub only_uid: Option<u32>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]

@@ -5,6 +5,7 @@
 //! [`Event`]s.
 
 use crate::auth;
+use crate::limits::Limits;
 use crate::perms::Perms;
 use crate::protocol::{
     AttachInfo, AuthMethod, AuthzAddRequest, AuthzInfo, Entity, OnTimeout, SessionInfo,
@@ -37,14 +38,50 @@ pub trait Ids {
     fn in_group(&mut self, gid: u32) -> bool;
 }
 
-/// Does `entity` describe the caller?
-pub fn matches(entity: Entity, ids: &mut dyn Ids) -> bool {
+/// Does `entity`, limited to processes of `only_uid` if given, describe the caller?
+pub fn matches(entity: Entity, only_uid: Option<u32>, ids: &mut dyn Ids) -> bool {
+    if only_uid.is_some_and(|u| u != ids.uid()) {
+        return false;
+    }
     match entity {
         Entity::Pid(p) => ids.pid() == p || ids.tgid() == Some(p),
         Entity::Session(s) => ids.sid() == Some(s),
         Entity::User(u) => ids.uid() == u,
         Entity::Group(g) => ids.gid() == g || ids.in_group(g),
     }
+}
+
+/// A timeout callback and the user who set it: it only ever runs as that user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Callback {
+    pub cmd: String,
+    pub uid: u32,
+}
+
+/// Why a name cannot be had.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NameTaken {
+    /// By an attach the caller may know of (or one being attached right now).
+    Known,
+    /// By a hidden attach the caller is not entitled to know of: the answer must not differ
+    /// from [`NameTaken::Known`], but the daemon counts it as a guess.
+    Hidden,
+    /// The caller owns as many attaches as allowed.
+    Quota(usize),
+}
+
+impl NameTaken {
+    /// The message for the client (the same for a hidden and a known attach).
+    pub fn message(&self, name: &str) -> String {
+        match self {
+            NameTaken::Known | NameTaken::Hidden => format!("name {name} is taken"),
+            NameTaken::Quota(n) => attach_quota_message(*n),
+        }
+    }
+}
+
+fn attach_quota_message(n: usize) -> String {
+    format!("you own {n} attaches, the most allowed: detach one first")
 }
 
 /// A side effect for the daemon to carry out after a registry change.
@@ -54,7 +91,7 @@ pub enum Event {
     Invalidate(AttachId),
     /// Remove the attach from the tree (its keys are wiped).
     Detach(AttachId),
-    /// Run a timeout callback `/bin/sh -c cmd sh name reason` as `uid`.
+    /// Run a timeout callback `/bin/sh -c cmd sh name reason` as `uid`, the user who set it.
     Callback {
         uid: u32,
         cmd: String,
@@ -121,13 +158,15 @@ enum Method {
 struct Authz {
     id: u32,
     entity: Entity,
+    /// A pid or session grant covers only processes of this uid (None: any uid).
+    only_uid: Option<u32>,
     perms: Perms,
     method: Method,
     expires: Option<u64>,
     session_ttl: Option<u64>,
     idle: Option<u64>,
     on_timeout: OnTimeout,
-    callback: Option<String>,
+    callback: Option<Callback>,
     granted_by: u32,
 }
 
@@ -142,6 +181,7 @@ struct Session {
     id: u64,
     authz: u32,
     entity: Entity,
+    only_uid: Option<u32>,
     uid: u32,
     perms: Perms,
     state: State,
@@ -150,7 +190,7 @@ struct Session {
     idle: Option<u64>,
     last_use: u64,
     on_timeout: OnTimeout,
-    callback: Option<String>,
+    callback: Option<Callback>,
     waiting: u32,
 }
 
@@ -201,6 +241,7 @@ struct Attach {
     hidden: bool,
     read_only: bool,
     key_expires: Option<u64>,
+    /// The attach's callback, set by its owner.
     callback: Option<String>,
     authzs: BTreeMap<u32, Authz>,
     next_authz: u32,
@@ -214,11 +255,27 @@ impl Attach {
     fn active_perms(&self, ids: &mut dyn Ids, now: u64) -> Perms {
         let mut p = Perms::NONE;
         for s in self.sessions.values() {
-            if s.live(now) && !p.contains(s.perms) && matches(s.entity, ids) {
+            if s.live(now) && !p.contains(s.perms) && matches(s.entity, s.only_uid, ids) {
                 p |= s.perms;
             }
         }
         p
+    }
+
+    /// May the caller learn that this attach exists? Everyone may for a listed attach; for
+    /// a hidden one, root, its owner's uid, and whoever an authorization or a session of it
+    /// names.
+    fn known_to(&self, ids: &mut dyn Ids) -> bool {
+        if !self.hidden || ids.uid() == 0 || ids.uid() == self.owner_uid {
+            return true;
+        }
+        self.authzs
+            .values()
+            .any(|z| matches(z.entity, z.only_uid, ids))
+            || self
+                .sessions
+                .values()
+                .any(|s| matches(s.entity, s.only_uid, ids))
     }
 
     fn require(&self, ids: &mut dyn Ids, now: u64, need: Perms, what: &str) -> OpResult<()> {
@@ -248,6 +305,7 @@ impl Attach {
             idle: z.idle,
             on_timeout: z.on_timeout,
             granted_by: z.granted_by,
+            only_uid: z.only_uid,
         }
     }
 
@@ -256,7 +314,7 @@ impl Attach {
             .authzs
             .get(&id)
             .ok_or_else(|| format!("{} has no authorization {id}", self.name))?;
-        if !matches(z.entity, ids) {
+        if !matches(z.entity, z.only_uid, ids) {
             return Err(format!(
                 "authorization {id} of {} is not for you",
                 self.name
@@ -279,8 +337,26 @@ impl Attach {
     }
 
     /// Opens (or re-activates) the session of authorization `authz` for its entity.
-    fn activate(&mut self, authz: u32, uid: u32, now: u64, next_session: &mut u64) -> u64 {
+    fn activate(
+        &mut self,
+        authz: u32,
+        uid: u32,
+        now: u64,
+        next_session: &mut u64,
+        max_sessions: usize,
+    ) -> OpResult<u64> {
         let z = &self.authzs[&authz];
+        let found = self
+            .sessions
+            .values()
+            .any(|s| s.authz == authz && s.entity == z.entity && s.state != State::Revoked);
+        if !found && self.sessions.len() >= max_sessions {
+            return Err(format!(
+                "{} holds {max_sessions} sessions, the most allowed: its owner must revoke or \
+                 delete some first",
+                self.name
+            ));
+        }
         let existing = self
             .sessions
             .values_mut()
@@ -296,6 +372,7 @@ impl Attach {
                         id,
                         authz,
                         entity: z.entity,
+                        only_uid: z.only_uid,
                         uid,
                         perms: z.perms,
                         state: State::Active,
@@ -311,6 +388,7 @@ impl Attach {
             }
         };
         s.uid = uid;
+        s.only_uid = z.only_uid;
         s.perms = z.perms;
         s.state = State::Active;
         s.expires = z.session_ttl.map(|t| now.saturating_add(t));
@@ -318,12 +396,25 @@ impl Attach {
         s.last_use = now;
         s.on_timeout = z.on_timeout;
         s.callback = z.callback.clone().or_else(|| {
-            // The owner's session reports to the attach's callback.
+            // The owner's session reports to the attach's callback, run as the owner.
             (authz == OWNER_AUTHZ)
                 .then(|| self.callback.clone())
                 .flatten()
+                .map(|cmd| Callback {
+                    cmd,
+                    uid: self.owner_uid,
+                })
         });
-        s.id
+        Ok(s.id)
+    }
+
+    /// Drops what can never be used again once authorization `authz` is gone: sessions of
+    /// it that are not active (a timed-out one cannot re-authenticate without it, a revoked
+    /// one never), and its revocation records (its id is never given out again).
+    fn forget_authz(&mut self, authz: u32) {
+        self.sessions
+            .retain(|_, s| s.authz != authz || s.state == State::Active);
+        self.revoked.retain(|(z, _)| *z != authz);
     }
 }
 
@@ -334,8 +425,11 @@ pub const OWNER_AUTHZ: u32 = 1;
 #[derive(Default)]
 pub struct Registry {
     attaches: BTreeMap<AttachId, Attach>,
-    /// Names being attached right now (between the check and the tree's answer).
-    reserved: BTreeSet<String>,
+    /// Names being attached right now (between the check and the tree's answer), with the
+    /// uid attaching.
+    reserved: BTreeMap<String, u32>,
+    /// Quotas.
+    pub limits: Limits,
     next_session: u64,
     /// Requests blocked in the gate right now (all attaches).
     pub waiters: usize,
@@ -368,39 +462,89 @@ fn secs(v: Option<u64>, what: &str) -> OpResult<Option<u64>> {
     }
 }
 
+fn no_attach(name: &str) -> String {
+    format!("no attach named {name:?}")
+}
+
 impl Registry {
     pub fn new() -> Self {
+        Self::with_limits(Limits::default())
+    }
+
+    pub fn with_limits(limits: Limits) -> Self {
         Self {
             next_session: 1,
+            limits,
             ..Default::default()
         }
     }
 
-    fn by_name(&self, name: &str) -> OpResult<&Attach> {
-        self.attaches
-            .values()
-            .find(|a| a.name == name)
-            .ok_or_else(|| format!("no attach named {name:?}"))
+    fn named(&self, name: &str) -> Option<&Attach> {
+        self.attaches.values().find(|a| a.name == name)
     }
 
-    fn by_name_mut(&mut self, name: &str) -> OpResult<&mut Attach> {
+    /// The attach `name`, answered exactly as for a missing one when it is hidden from the
+    /// caller.
+    fn by_name(&self, name: &str, ids: &mut dyn Ids) -> OpResult<&Attach> {
+        self.named(name)
+            .filter(|a| a.known_to(ids))
+            .ok_or_else(|| no_attach(name))
+    }
+
+    fn by_name_mut(&mut self, name: &str, ids: &mut dyn Ids) -> OpResult<&mut Attach> {
         self.attaches
             .values_mut()
             .find(|a| a.name == name)
-            .ok_or_else(|| format!("no attach named {name:?}"))
+            .filter(|a| a.known_to(ids))
+            .ok_or_else(|| no_attach(name))
     }
 
     /// The attach called `name`, if any.
     pub fn attach_id(&self, name: &str) -> Option<AttachId> {
-        self.by_name(name).ok().map(|a| a.id)
+        self.named(name).map(|a| a.id)
     }
 
-    /// Holds `name` while the tree is asked for it.
-    pub fn reserve_name(&mut self, name: &str) -> OpResult<()> {
-        if self.reserved.contains(name) || self.attach_id(name).is_some() {
-            return Err(format!("name {name} is taken"));
+    /// Attaches `uid` owns, and is attaching right now.
+    fn attaches_of(&self, uid: u32) -> usize {
+        self.attaches
+            .values()
+            .filter(|a| a.owner_uid == uid)
+            .count()
+            + self.reserved.values().filter(|u| **u == uid).count()
+    }
+
+    /// Does `uid` own an attach?
+    pub fn owns_attach(&self, uid: u32) -> bool {
+        self.attaches.values().any(|a| a.owner_uid == uid)
+    }
+
+    /// Refuses a user who owns as many attaches as allowed (checked before anything is
+    /// opened for an attach, and again when its name is reserved).
+    pub fn check_attach_quota(&self, uid: u32) -> OpResult<()> {
+        let n = self.limits.attaches_per_uid;
+        if self.attaches_of(uid) >= n {
+            return Err(attach_quota_message(n));
         }
-        self.reserved.insert(name.to_string());
+        Ok(())
+    }
+
+    /// Holds `name` for the caller while the tree is asked for it.
+    pub fn reserve_name(&mut self, name: &str, ids: &mut dyn Ids) -> Result<(), NameTaken> {
+        if self.reserved.contains_key(name) {
+            return Err(NameTaken::Known);
+        }
+        if let Some(a) = self.named(name) {
+            return Err(if a.known_to(ids) {
+                NameTaken::Known
+            } else {
+                NameTaken::Hidden
+            });
+        }
+        let uid = ids.uid();
+        if self.attaches_of(uid) >= self.limits.attaches_per_uid {
+            return Err(NameTaken::Quota(self.limits.attaches_per_uid));
+        }
+        self.reserved.insert(name.to_string(), uid);
         Ok(())
     }
 
@@ -433,6 +577,8 @@ impl Registry {
             Authz {
                 id: OWNER_AUTHZ,
                 entity: Entity::Session(a.owner_sid),
+                // The owner's processes in that session, not a setuid program run there.
+                only_uid: Some(a.owner_uid),
                 perms: Perms::ALL,
                 method: Method::None,
                 expires: None,
@@ -443,7 +589,9 @@ impl Registry {
                 granted_by: a.owner_uid,
             },
         );
-        let sid = at.activate(OWNER_AUTHZ, a.owner_uid, now, &mut self.next_session);
+        let sid = at
+            .activate(OWNER_AUTHZ, a.owner_uid, now, &mut self.next_session, 1)
+            .expect("a new attach has room for its owner's session");
         self.attaches.insert(id, at);
         sid
     }
@@ -462,7 +610,7 @@ impl Registry {
         let mut have = Perms::NONE;
         let mut used: Vec<u64> = Vec::new();
         for s in a.sessions.values() {
-            if s.live(now) && matches(s.entity, ids) {
+            if s.live(now) && matches(s.entity, s.only_uid, ids) {
                 have |= s.perms;
                 used.push(s.id);
             }
@@ -483,7 +631,7 @@ impl Registry {
             if s.state == State::Revoked || s.live(now) || !satisfies(s.perms, need.access) {
                 continue;
             }
-            if !matches(s.entity, ids) {
+            if !matches(s.entity, s.only_uid, ids) {
                 continue;
             }
             let bypass = s.perms.contains(Perms::BYPASS);
@@ -517,7 +665,7 @@ impl Registry {
     /// stops. The attach's state is dropped (verifier keys wiped); the caller removes it
     /// from the tree.
     pub fn detach(&mut self, name: &str, ids: &mut dyn Ids, now: u64) -> OpResult<AttachId> {
-        let a = self.by_name(name)?;
+        let a = self.by_name(name, ids)?;
         if a.owner_uid != ids.uid() {
             a.require(ids, now, Perms::DETACH, "detach")?;
         }
@@ -526,16 +674,58 @@ impl Registry {
         Ok(id)
     }
 
-    /// `authz add`: needs add-authz, and grants only permissions the granter holds.
+    /// Every check of `authz add` (the attach, the permission, the permissions granted, the
+    /// parameters, the quotas), without changing anything: the daemon runs it before it
+    /// opens anything for the request.
+    pub fn check_authz_add(
+        &self,
+        req: &AuthzAddRequest,
+        ids: &mut dyn Ids,
+        now: u64,
+    ) -> OpResult<()> {
+        let a = self.by_name(&req.name, ids)?;
+        self.prepare_authz(a, req, ids, now).map(|_| ())
+    }
+
+    /// `authz add`: needs add-authz, and grants only permissions the granter holds. A pid or
+    /// session grant covers only processes of `only_uid` (the daemon passes the uid of that
+    /// process or session leader, or None when the request asks for any uid).
     pub fn authz_add(
         &mut self,
         req: &AuthzAddRequest,
         ids: &mut dyn Ids,
         now: u64,
+        only_uid: Option<u32>,
     ) -> OpResult<u32> {
+        let a = self.by_name(&req.name, ids)?;
+        let mut z = self.prepare_authz(a, req, ids, now)?;
+        z.only_uid = match req.entity {
+            Entity::Pid(_) | Entity::Session(_) => only_uid,
+            Entity::User(_) | Entity::Group(_) => None,
+        };
+        let a = self.by_name_mut(&req.name, ids)?;
+        let id = a.next_authz;
+        a.next_authz = a
+            .next_authz
+            .checked_add(1)
+            .ok_or("too many authorizations")?;
+        z.id = id;
+        a.authzs.insert(id, z);
+        Ok(id)
+    }
+
+    fn prepare_authz(
+        &self,
+        a: &Attach,
+        req: &AuthzAddRequest,
+        ids: &mut dyn Ids,
+        now: u64,
+    ) -> OpResult<Authz> {
         let perms = Perms::parse(&req.perms)?;
-        let a = self.by_name_mut(&req.name)?;
         a.require(ids, now, Perms::ADD_AUTHZ, "adding an authorization")?;
+        if req.any_uid && matches!(req.entity, Entity::User(_) | Entity::Group(_)) {
+            return Err("--any-uid applies to --pid and --session authorizations only".into());
+        }
         let held = a.active_perms(ids, now);
         if !held.contains(perms) {
             return Err(format!(
@@ -543,6 +733,35 @@ impl Registry {
                 a.name
             ));
         }
+        let limits = &self.limits;
+        if a.authzs.len() >= limits.authzs_per_attach {
+            return Err(format!(
+                "{} holds {} authorizations, the most allowed: delete some first",
+                a.name, limits.authzs_per_attach
+            ));
+        }
+        let uid = ids.uid();
+        let granted: usize = self
+            .attaches
+            .values()
+            .map(|x| x.authzs.values().filter(|z| z.granted_by == uid).count())
+            .sum();
+        if granted >= limits.authzs_per_uid {
+            return Err(format!(
+                "you have granted {} authorizations, the most allowed: delete some first",
+                limits.authzs_per_uid
+            ));
+        }
+        let callback = match &req.callback {
+            None => None,
+            Some(c) => {
+                check_callback(c, limits.callback_len)?;
+                Some(Callback {
+                    cmd: c.clone(),
+                    uid,
+                })
+            }
+        };
         let expires = secs(req.expires, "--expires")?.map(|e| now.saturating_add(e));
         let session_ttl = secs(req.session_ttl, "--session-ttl")?;
         let idle = secs(req.idle, "--idle")?;
@@ -582,51 +801,42 @@ impl Registry {
                 }
             }
         };
-        if req.callback.as_deref().is_some_and(|c| c.contains('\0')) {
-            return Err("callback may not contain NUL".into());
-        }
-        let id = a.next_authz;
-        a.next_authz = a
-            .next_authz
-            .checked_add(1)
-            .ok_or("too many authorizations")?;
-        a.authzs.insert(
-            id,
-            Authz {
-                id,
-                entity: req.entity,
-                perms,
-                method,
-                expires,
-                session_ttl,
-                idle,
-                on_timeout: req.on_timeout,
-                callback: req.callback.clone(),
-                granted_by: ids.uid(),
-            },
-        );
-        Ok(id)
+        Ok(Authz {
+            id: 0,
+            entity: req.entity,
+            only_uid: None,
+            perms,
+            method,
+            expires,
+            session_ttl,
+            idle,
+            on_timeout: req.on_timeout,
+            callback,
+            granted_by: uid,
+        })
     }
 
     pub fn authz_list(&self, name: &str, ids: &mut dyn Ids, now: u64) -> OpResult<Vec<AuthzInfo>> {
-        let a = self.by_name(name)?;
+        let a = self.by_name(name, ids)?;
         a.require(ids, now, Perms::LIST_AUTHZ, "listing authorizations")?;
         Ok(a.authzs.values().map(Attach::authz_info).collect())
     }
 
-    /// Deletes an authorization; its sessions stay until they end or are revoked.
+    /// Deletes an authorization; its active sessions stay until they end or are revoked,
+    /// everything else of it goes.
     pub fn authz_del(&mut self, name: &str, id: u32, ids: &mut dyn Ids, now: u64) -> OpResult<()> {
-        let a = self.by_name_mut(name)?;
+        let a = self.by_name_mut(name, ids)?;
         a.require(ids, now, Perms::DEL_AUTHZ, "deleting an authorization")?;
         a.authzs
             .remove(&id)
-            .map(|_| ())
-            .ok_or_else(|| format!("{name} has no authorization {id}"))
+            .ok_or_else(|| format!("{name} has no authorization {id}"))?;
+        a.forget_authz(id);
+        Ok(())
     }
 
     /// `sessions NAME`: needs list-authz.
     pub fn sessions(&self, name: &str, ids: &mut dyn Ids, now: u64) -> OpResult<Vec<SessionInfo>> {
-        let a = self.by_name(name)?;
+        let a = self.by_name(name, ids)?;
         a.require(ids, now, Perms::LIST_AUTHZ, "listing sessions")?;
         Ok(a.sessions.values().map(|s| s.info(&a.name, now)).collect())
     }
@@ -639,7 +849,7 @@ impl Registry {
         ids: &mut dyn Ids,
         now: u64,
     ) -> OpResult<Vec<Event>> {
-        let a = self.by_name_mut(name)?;
+        let a = self.by_name_mut(name, ids)?;
         a.require(ids, now, Perms::REVOKE, "revoking a session")?;
         let s = a
             .sessions
@@ -650,7 +860,10 @@ impl Registry {
         }
         s.state = State::Revoked;
         let key = (s.authz, s.entity);
-        if !a.revoked.contains(&key) {
+        if !a.authzs.contains_key(&key.0) {
+            // Its authorization is gone: nothing can bring it back, nothing need remember it.
+            a.sessions.remove(&session);
+        } else if !a.revoked.contains(&key) {
             a.revoked.push(key);
         }
         Ok(vec![Event::Invalidate(a.id)])
@@ -665,12 +878,14 @@ impl Registry {
         ids: &mut dyn Ids,
         now: u64,
     ) -> OpResult<AuthStart> {
+        let max_sessions = self.limits.sessions_per_attach;
         let next_session = &mut self.next_session;
         let a = self
             .attaches
             .values_mut()
             .find(|a| a.name == name)
-            .ok_or_else(|| format!("no attach named {name:?}"))?;
+            .filter(|a| a.known_to(ids))
+            .ok_or_else(|| no_attach(name))?;
         let id = match authz {
             Some(id) => {
                 a.usable_authz(id, ids, now)?;
@@ -705,7 +920,8 @@ impl Registry {
                 ids.uid(),
                 now,
                 next_session,
-            ))),
+                max_sessions,
+            )?)),
             Method::Passphrase { salt, params, .. } => Ok(AuthStart::Challenge {
                 attach: a.id,
                 authz: id,
@@ -723,6 +939,7 @@ impl Registry {
         ids: &mut dyn Ids,
         now: u64,
     ) -> OpResult<u64> {
+        let max_sessions = self.limits.sessions_per_attach;
         let next_session = &mut self.next_session;
         let a = self
             .attaches
@@ -742,7 +959,7 @@ impl Registry {
         ) {
             return Err("authentication failed".into());
         }
-        Ok(a.activate(pending.authz, ids.uid(), now, next_session))
+        a.activate(pending.authz, ids.uid(), now, next_session, max_sessions)
     }
 
     /// `status`: the caller's attaches (root sees all) and the sessions matching the caller.
@@ -765,7 +982,7 @@ impl Registry {
         let mut sessions = Vec::new();
         for a in self.attaches.values() {
             for s in a.sessions.values() {
-                if matches(s.entity, ids) {
+                if matches(s.entity, s.only_uid, ids) {
                     sessions.push(s.info(&a.name, now));
                 }
             }
@@ -787,6 +1004,7 @@ impl Registry {
                 tracing::info!(attach = %a.name, "key lifetime ended: detaching");
                 events.push(Event::Detach(id));
                 if let Some(cmd) = a.callback {
+                    // Set by the owner: run as the owner.
                     events.push(Event::Callback {
                         uid: a.owner_uid,
                         cmd,
@@ -814,15 +1032,20 @@ impl Registry {
                 if matches!(s.on_timeout, OnTimeout::FailAll | OnTimeout::SleepAll) {
                     invalidate = true;
                 }
-                if let Some(cmd) = &s.callback {
+                if let Some(cb) = &s.callback {
+                    // As the user who set it, never as the session's user.
                     events.push(Event::Callback {
-                        uid: s.uid,
-                        cmd: cmd.clone(),
+                        uid: cb.uid,
+                        cmd: cb.cmd.clone(),
                         name: a.name.clone(),
                         reason: reason.into(),
                     });
                 }
             }
+            // A timed-out session whose authorization is gone can never come back.
+            let authzs = &a.authzs;
+            a.sessions
+                .retain(|_, s| s.state == State::Active || authzs.contains_key(&s.authz));
             if invalidate {
                 events.push(Event::Invalidate(a.id));
             }
@@ -876,6 +1099,34 @@ impl Registry {
     pub fn attach_ids(&self) -> Vec<AttachId> {
         self.attaches.keys().copied().collect()
     }
+
+    /// Every process whose exit matters: those pid and session authorizations and sessions
+    /// name (the owners' session leaders among them). The daemon watches these and no
+    /// others.
+    pub fn watched_pids(&self) -> BTreeSet<u32> {
+        let mut pids = BTreeSet::new();
+        let mut add = |e: &Entity| {
+            if let Entity::Pid(p) | Entity::Session(p) = e {
+                pids.insert(*p);
+            }
+        };
+        for a in self.attaches.values() {
+            a.authzs.values().for_each(|z| add(&z.entity));
+            a.sessions.values().for_each(|s| add(&s.entity));
+        }
+        pids
+    }
+}
+
+/// A callback command: no NUL, at most `max` bytes.
+pub fn check_callback(cmd: &str, max: usize) -> OpResult<()> {
+    if cmd.contains('\0') {
+        return Err("callback may not contain NUL".into());
+    }
+    if cmd.len() > max {
+        return Err(format!("callback longer than {max} bytes"));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

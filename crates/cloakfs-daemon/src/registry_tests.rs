@@ -57,8 +57,11 @@ fn setup() -> Registry {
 
 fn setup_with(key_ttl: Option<u64>, callback: Option<&str>) -> Registry {
     let mut r = Registry::new();
-    r.reserve_name("proj").unwrap();
-    assert!(r.reserve_name("proj").is_err(), "reserved name is taken");
+    r.reserve_name("proj", &mut owner()).unwrap();
+    assert!(
+        r.reserve_name("proj", &mut owner()).is_err(),
+        "reserved name is taken"
+    );
     let s = r.insert_attach(
         ATT,
         NewAttach {
@@ -104,6 +107,7 @@ fn grant(entity: Entity, perms: &[&str]) -> AuthzAddRequest {
         idle: None,
         on_timeout: OnTimeout::FailAll,
         callback: None,
+        any_uid: false,
     }
 }
 
@@ -165,7 +169,12 @@ fn other_user_and_other_session_denied() {
 fn read_only_grant_reads_but_does_not_write() {
     let mut r = setup();
     let id = r
-        .authz_add(&grant(Entity::User(1001), &["read"]), &mut owner(), T0)
+        .authz_add(
+            &grant(Entity::User(1001), &["read"]),
+            &mut owner(),
+            T0,
+            None,
+        )
         .unwrap();
     assert_eq!(id, 2);
     let mut bob = who(1001, 200);
@@ -204,6 +213,7 @@ fn session_bound_grant_denies_other_sessions_of_same_user() {
         &grant(Entity::Session(300), &["read", "write"]),
         &mut owner(),
         T0,
+        None,
     )
     .unwrap();
     let mut in_session = who(1001, 300);
@@ -223,10 +233,15 @@ fn session_bound_grant_denies_other_sessions_of_same_user() {
 #[test]
 fn group_and_pid_entities() {
     let mut r = setup();
-    r.authz_add(&grant(Entity::Group(50), &["read"]), &mut owner(), T0)
+    r.authz_add(&grant(Entity::Group(50), &["read"]), &mut owner(), T0, None)
         .unwrap();
-    r.authz_add(&grant(Entity::Pid(4000), &["write"]), &mut owner(), T0)
-        .unwrap();
+    r.authz_add(
+        &grant(Entity::Pid(4000), &["write"]),
+        &mut owner(),
+        T0,
+        None,
+    )
+    .unwrap();
     let mut member = who(1002, 400);
     member.groups = vec![50];
     auth_none(&mut r, &mut member, T0).unwrap();
@@ -283,40 +298,47 @@ fn add_authz_grants_only_a_subset_of_what_is_held() {
         &grant(Entity::User(1001), &["read", "add-authz"]),
         &mut owner(),
         T0,
+        None,
     )
     .unwrap();
     r.authz_add(
         &grant(Entity::User(1002), &["read", "write"]),
         &mut owner(),
         T0,
+        None,
     )
     .unwrap();
     let mut bob = who(1001, 200);
     let mut carol = who(1002, 300);
     // Holding the authorization is not enough: an active session is.
     assert!(r
-        .authz_add(&grant(Entity::User(1003), &["read"]), &mut bob, T0)
+        .authz_add(&grant(Entity::User(1003), &["read"]), &mut bob, T0, None)
         .is_err());
     auth_none(&mut r, &mut bob, T0).unwrap();
     assert!(r
-        .authz_add(&grant(Entity::User(1003), &["read"]), &mut bob, T0)
+        .authz_add(&grant(Entity::User(1003), &["read"]), &mut bob, T0, None)
         .is_ok());
     let e = r
-        .authz_add(&grant(Entity::User(1003), &["read", "write"]), &mut bob, T0)
+        .authz_add(
+            &grant(Entity::User(1003), &["read", "write"]),
+            &mut bob,
+            T0,
+            None,
+        )
         .unwrap_err();
     assert!(e.contains("only grant"), "{e}");
     assert!(r
-        .authz_add(&grant(Entity::User(1003), &["bypass"]), &mut bob, T0)
+        .authz_add(&grant(Entity::User(1003), &["bypass"]), &mut bob, T0, None)
         .is_err());
     // Without add-authz at all.
     auth_none(&mut r, &mut carol, T0).unwrap();
     assert!(r
-        .authz_add(&grant(Entity::User(1003), &["read"]), &mut carol, T0)
+        .authz_add(&grant(Entity::User(1003), &["read"]), &mut carol, T0, None)
         .unwrap_err()
         .contains("add-authz"));
     // Unknown permission names are refused.
     assert!(r
-        .authz_add(&grant(Entity::User(1003), &["fly"]), &mut owner(), T0)
+        .authz_add(&grant(Entity::User(1003), &["fly"]), &mut owner(), T0, None)
         .is_err());
     let list = r.authz_list("proj", &mut owner(), T0).unwrap();
     assert_eq!(list.len(), 4);
@@ -327,8 +349,13 @@ fn add_authz_grants_only_a_subset_of_what_is_held() {
 #[test]
 fn revoked_session_cannot_reauthenticate() {
     let mut r = setup();
-    r.authz_add(&grant(Entity::User(1001), &["read"]), &mut owner(), T0)
-        .unwrap();
+    r.authz_add(
+        &grant(Entity::User(1001), &["read"]),
+        &mut owner(),
+        T0,
+        None,
+    )
+    .unwrap();
     let mut bob = who(1001, 200);
     let s = auth_none(&mut r, &mut bob, T0).unwrap();
     // Bob cannot revoke (no permission), the owner can.
@@ -355,7 +382,7 @@ fn timed(on_timeout: OnTimeout) -> (Registry, Who, u64) {
     g.session_ttl = Some(10);
     g.on_timeout = on_timeout;
     g.callback = Some("notify-send".into());
-    r.authz_add(&g, &mut owner(), T0).unwrap();
+    r.authz_add(&g, &mut owner(), T0, None).unwrap();
     let mut bob = who(1001, 200);
     let s = auth_none(&mut r, &mut bob, T0).unwrap();
     assert_eq!(r.next_deadline(), Some(T0 + 10));
@@ -376,8 +403,9 @@ fn timed_out_session_can_reauthenticate() {
     assert_eq!(
         ev,
         vec![
+            // As the owner, who set it: never as bob, whose session it is.
             Event::Callback {
-                uid: 1001,
+                uid: 1000,
                 cmd: "notify-send".into(),
                 name: "proj".into(),
                 reason: "session-expired".into()
@@ -450,7 +478,7 @@ fn idle_timeout_follows_use() {
     let mut r = setup();
     let mut g = grant(Entity::User(1001), &["read"]);
     g.idle = Some(5);
-    r.authz_add(&g, &mut owner(), T0).unwrap();
+    r.authz_add(&g, &mut owner(), T0, None).unwrap();
     let mut bob = who(1001, 200);
     auth_none(&mut r, &mut bob, T0).unwrap();
     assert_eq!(r.next_deadline(), Some(T0 + 5));
@@ -475,7 +503,7 @@ fn expired_authorization_refuses_auth_but_keeps_sessions() {
     let mut r = setup();
     let mut g = grant(Entity::User(1001), &["read"]);
     g.expires = Some(60);
-    r.authz_add(&g, &mut owner(), T0).unwrap();
+    r.authz_add(&g, &mut owner(), T0, None).unwrap();
     let mut bob = who(1001, 200);
     let mut bob2 = who(1001, 201);
     auth_none(&mut r, &mut bob, T0 + 59).unwrap();
@@ -487,14 +515,19 @@ fn expired_authorization_refuses_auth_but_keeps_sessions() {
     );
     // Zero-length timeouts are refused.
     g.expires = Some(0);
-    assert!(r.authz_add(&g, &mut owner(), T0).is_err());
+    assert!(r.authz_add(&g, &mut owner(), T0, None).is_err());
 }
 
 #[test]
 fn deleting_an_authorization_keeps_its_sessions() {
     let mut r = setup();
     let id = r
-        .authz_add(&grant(Entity::User(1001), &["read"]), &mut owner(), T0)
+        .authz_add(
+            &grant(Entity::User(1001), &["read"]),
+            &mut owner(),
+            T0,
+            None,
+        )
         .unwrap();
     let mut bob = who(1001, 200);
     auth_none(&mut r, &mut bob, T0).unwrap();
@@ -543,7 +576,7 @@ fn passphrase_challenge_response() {
     let key = [42u8; 32];
     let mut r = setup();
     let id = r
-        .authz_add(&passphrase_grant(&key), &mut owner(), T0)
+        .authz_add(&passphrase_grant(&key), &mut owner(), T0, None)
         .unwrap();
     let list = r.authz_list("proj", &mut owner(), T0).unwrap();
     assert_eq!(list[1].method, "passphrase");
@@ -571,7 +604,7 @@ fn passphrase_challenge_response() {
     // Replayed against a fresh challenge, the old answer is worthless.
     assert!(s > 1);
     let mut r = setup();
-    r.authz_add(&passphrase_grant(&key), &mut owner(), T0)
+    r.authz_add(&passphrase_grant(&key), &mut owner(), T0, None)
         .unwrap();
     let p2 = challenge(&mut r, &mut bob, 2);
     assert!(r.auth_finish(&p2, &good, &mut bob, T0).is_err());
@@ -585,12 +618,12 @@ fn passphrase_challenge_response() {
     if let AuthMethod::Passphrase { key, .. } = &mut g.auth {
         *key = B64.encode([1u8; 31]);
     }
-    assert!(r.authz_add(&g, &mut owner(), T0).is_err());
+    assert!(r.authz_add(&g, &mut owner(), T0, None).is_err());
     let mut g = passphrase_grant(&key);
     if let AuthMethod::Passphrase { memory_kib, .. } = &mut g.auth {
         *memory_kib = 1;
     }
-    assert!(r.authz_add(&g, &mut owner(), T0).is_err());
+    assert!(r.authz_add(&g, &mut owner(), T0, None).is_err());
 }
 
 #[test]
@@ -637,6 +670,7 @@ fn detach_needs_the_permission_and_frees_the_name() {
         &grant(Entity::User(2000), &["read", "detach"]),
         &mut owner(),
         T0,
+        None,
     )
     .unwrap();
     // Another user, once granted and authenticated.
@@ -645,5 +679,274 @@ fn detach_needs_the_permission_and_frees_the_name() {
     auth_none(&mut r, &mut other, T0).unwrap();
     assert_eq!(r.detach("proj", &mut other, T0), Ok(ATT));
     assert!(r.detach("proj", &mut owner(), T0).is_err());
-    assert!(r.reserve_name("proj").is_ok());
+    assert!(r.reserve_name("proj", &mut owner()).is_ok());
+}
+
+#[test]
+fn a_session_grant_covers_only_processes_of_its_uid() {
+    let mut r = setup();
+    // A setuid program of another user (or of root), run in the owner's session.
+    for uid in [2000, 0] {
+        let mut setuid = who(uid, 100);
+        assert_eq!(
+            r.decide(ATT, &mut setuid, need(Access::Read), T0),
+            Decision::Deny,
+            "uid {uid}"
+        );
+        assert!(r.authz_list("proj", &mut setuid, T0).is_err());
+        assert!(r
+            .authz_add(&grant(Entity::User(uid), &["read"]), &mut setuid, T0, None)
+            .is_err());
+    }
+    // Bob's session, granted for bob's uid: a setuid program of carol's there gets nothing.
+    let bob_sid = 300;
+    let z = r
+        .authz_add(
+            &grant(Entity::Session(bob_sid), &["read"]),
+            &mut owner(),
+            T0,
+            Some(1001),
+        )
+        .unwrap();
+    let mut carol_in_bobs_session = who(1002, bob_sid);
+    assert!(auth_none(&mut r, &mut carol_in_bobs_session, T0).is_err());
+    let mut bob = who(1001, bob_sid);
+    auth_none(&mut r, &mut bob, T0).unwrap();
+    assert_eq!(r.decide(ATT, &mut bob, need(Access::Read), T0), ALLOW);
+    assert_eq!(
+        r.decide(ATT, &mut carol_in_bobs_session, need(Access::Read), T0),
+        Decision::Deny
+    );
+    let list = r.authz_list("proj", &mut owner(), T0).unwrap();
+    assert_eq!(list[0].only_uid, Some(1000));
+    assert_eq!(
+        list.iter().find(|x| x.id == z).unwrap().only_uid,
+        Some(1001)
+    );
+    // Unless the grant says otherwise.
+    let mut g = grant(Entity::Session(bob_sid), &["read"]);
+    g.any_uid = true;
+    r.authz_add(&g, &mut owner(), T0, None).unwrap();
+    auth_none(&mut r, &mut carol_in_bobs_session, T0).unwrap();
+    assert_eq!(
+        r.decide(ATT, &mut carol_in_bobs_session, need(Access::Read), T0),
+        ALLOW
+    );
+    let mut g = grant(Entity::User(1001), &["read"]);
+    g.any_uid = true;
+    assert!(r
+        .authz_add(&g, &mut owner(), T0, None)
+        .unwrap_err()
+        .contains("--any-uid"));
+}
+
+#[test]
+fn callbacks_run_as_who_set_them() {
+    let mut r = setup_with(None, Some("owner-cb"));
+    // The owner grants root a session with a callback: it runs as the owner, not as root.
+    let mut g = grant(Entity::User(0), &["read"]);
+    g.session_ttl = Some(5);
+    g.callback = Some("cat /etc/shadow".into());
+    r.authz_add(&g, &mut owner(), T0, None).unwrap();
+    auth_none(&mut r, &mut who(0, 9), T0).unwrap();
+    let ev = r.tick(T0 + 5);
+    let callbacks: Vec<_> = ev
+        .iter()
+        .filter_map(|e| match e {
+            Event::Callback { uid, cmd, .. } => Some((*uid, cmd.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(callbacks, vec![(1000, "cat /etc/shadow")]);
+}
+
+fn hidden_setup() -> Registry {
+    let mut r = Registry::new();
+    r.reserve_name("ghost", &mut owner()).unwrap();
+    r.insert_attach(
+        ATT,
+        NewAttach {
+            name: "ghost".into(),
+            path: "/crypt/ghost".into(),
+            cipherdir: "/home/a/enc".into(),
+            owner_uid: 1000,
+            owner_gid: 1000,
+            owner_sid: 100,
+            hidden: true,
+            read_only: false,
+            key_ttl: None,
+            callback: None,
+        },
+        T0,
+    );
+    r
+}
+
+/// Every answer about `name` a caller can get by name.
+fn answers(r: &mut Registry, name: &str, w: &mut Who) -> Vec<String> {
+    let mut g = grant(Entity::User(w.uid), &["read"]);
+    g.name = name.into();
+    vec![
+        r.auth_start(name, None, w, T0).map(|_| ()).unwrap_err(),
+        r.auth_start(name, Some(1), w, T0).map(|_| ()).unwrap_err(),
+        r.sessions(name, w, T0).map(|_| ()).unwrap_err(),
+        r.authz_list(name, w, T0).map(|_| ()).unwrap_err(),
+        r.authz_del(name, 1, w, T0).unwrap_err(),
+        r.revoke(name, 1, w, T0).map(|_| ()).unwrap_err(),
+        r.detach(name, w, T0).map(|_| ()).unwrap_err(),
+        r.check_authz_add(&g, w, T0).unwrap_err(),
+    ]
+}
+
+#[test]
+fn a_hidden_attach_answers_like_a_missing_one() {
+    let mut r = hidden_setup();
+    let mut eve = who(1009, 900);
+    let hidden = answers(&mut r, "ghost", &mut eve);
+    let missing = answers(&mut r, "nosuch", &mut eve);
+    for (h, m) in hidden.iter().zip(&missing) {
+        assert_eq!(h.replace("ghost", "NAME"), m.replace("nosuch", "NAME"));
+    }
+    assert!(hidden.iter().all(|e| e == "no attach named \"ghost\""));
+    // Taking the name: the answer is that of any taken name, but the daemon learns it was
+    // a hidden one (and counts a guess).
+    assert_eq!(r.reserve_name("ghost", &mut eve), Err(NameTaken::Hidden));
+    assert_eq!(
+        NameTaken::Hidden.message("ghost"),
+        NameTaken::Known.message("ghost")
+    );
+    assert_eq!(r.reserve_name("ghost", &mut owner()), Err(NameTaken::Known));
+    // Once an authorization names eve, she is entitled to know.
+    let mut g = grant(Entity::User(1009), &["read"]);
+    g.name = "ghost".into();
+    r.authz_add(&g, &mut owner(), T0, None).unwrap();
+    let e = r.sessions("ghost", &mut eve, T0).unwrap_err();
+    assert!(e.contains("permission denied"), "{e}");
+    assert_eq!(r.reserve_name("ghost", &mut eve), Err(NameTaken::Known));
+    auth_none_named(&mut r, "ghost", &mut eve).unwrap();
+    // Root may always know (it sees every attach in `status`).
+    assert!(r
+        .sessions("ghost", &mut who(0, 1), T0)
+        .unwrap_err()
+        .contains("permission"));
+}
+
+fn auth_none_named(r: &mut Registry, name: &str, w: &mut Who) -> OpResult<u64> {
+    match r.auth_start(name, None, w, T0)? {
+        AuthStart::Authenticated(s) => Ok(s),
+        AuthStart::Challenge { .. } => panic!("unexpected challenge"),
+    }
+}
+
+#[test]
+fn quotas() {
+    let mut r = setup();
+    r.limits = Limits {
+        authzs_per_attach: 4,
+        authzs_per_uid: 5,
+        sessions_per_attach: 3,
+        callback_len: 16,
+        attaches_per_uid: 2,
+        ..Limits::default()
+    };
+    let mut g = grant(Entity::User(1001), &["read"]);
+    g.callback = Some("x".repeat(17));
+    assert!(r
+        .authz_add(&g, &mut owner(), T0, None)
+        .unwrap_err()
+        .contains("longer than 16 bytes"));
+    g.callback = Some("x".repeat(16));
+    // Three more fit beside the owner's.
+    for uid in [1001, 1002, 1003] {
+        g.entity = Entity::User(uid);
+        r.authz_add(&g, &mut owner(), T0, None).unwrap();
+    }
+    let e = r.authz_add(&g, &mut owner(), T0, None).unwrap_err();
+    assert!(e.contains("holds 4 authorizations"), "{e}");
+    // Sessions: the owner's and two more.
+    auth_none(&mut r, &mut who(1001, 201), T0).unwrap();
+    auth_none(&mut r, &mut who(1002, 202), T0).unwrap();
+    let e = auth_none(&mut r, &mut who(1003, 203), T0).unwrap_err();
+    assert!(e.contains("holds 3 sessions"), "{e}");
+    // Re-authenticating an existing session needs no room.
+    auth_none(&mut r, &mut who(1001, 201), T0).unwrap();
+    // Per granting uid, over every attach.
+    r.reserve_name("two", &mut owner()).unwrap();
+    r.insert_attach(
+        ATT + 1,
+        NewAttach {
+            name: "two".into(),
+            path: "/crypt/two".into(),
+            cipherdir: "/x".into(),
+            owner_uid: 1000,
+            owner_gid: 1000,
+            owner_sid: 100,
+            hidden: false,
+            read_only: false,
+            key_ttl: None,
+            callback: None,
+        },
+        T0,
+    );
+    // Five granted by uid 1000 now: each attach's owner authorization, and 1001..1003.
+    let mut g2 = grant(Entity::User(1004), &["read"]);
+    g2.name = "two".into();
+    let e = r.authz_add(&g2, &mut owner(), T0, None).unwrap_err();
+    assert!(e.contains("granted 5 authorizations"), "{e}");
+    // Attaches per uid (what is being attached counts).
+    assert!(r.check_attach_quota(1000).is_err());
+    assert_eq!(
+        r.reserve_name("three", &mut owner()),
+        Err(NameTaken::Quota(2))
+    );
+    assert!(r.check_attach_quota(1001).is_ok());
+    r.reserve_name("b1", &mut who(1001, 1)).unwrap();
+    r.reserve_name("b2", &mut who(1001, 1)).unwrap();
+    assert!(r
+        .check_attach_quota(1001)
+        .unwrap_err()
+        .contains("2 attaches"));
+    r.unreserve_name("b2");
+    assert!(r.check_attach_quota(1001).is_ok());
+}
+
+#[test]
+fn deleting_forgets_what_cannot_come_back() {
+    let mut r = setup();
+    let mut g = grant(Entity::Pid(4000), &["read"]);
+    g.session_ttl = Some(5);
+    let a = r.authz_add(&g, &mut owner(), T0, Some(1001)).unwrap();
+    let b = r
+        .authz_add(
+            &grant(Entity::Session(500), &["read"]),
+            &mut owner(),
+            T0,
+            Some(1002),
+        )
+        .unwrap();
+    let mut p = who(1001, 700);
+    p.pid = 4000;
+    p.tgid = 4000;
+    let sa = auth_none(&mut r, &mut p, T0).unwrap();
+    let sb = auth_none(&mut r, &mut who(1002, 500), T0).unwrap();
+    assert_eq!(r.watched_pids(), BTreeSet::from([100, 500, 4000]));
+    // a times out, b is revoked: both are remembered while their authorizations exist.
+    r.tick(T0 + 5);
+    r.revoke("proj", sb, &mut owner(), T0).unwrap();
+    assert_eq!(r.sessions("proj", &mut owner(), T0 + 5).unwrap().len(), 3);
+    r.authz_del("proj", a, &mut owner(), T0 + 5).unwrap();
+    r.authz_del("proj", b, &mut owner(), T0 + 5).unwrap();
+    let left = r.sessions("proj", &mut owner(), T0 + 5).unwrap();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(left.iter().all(|s| s.id != sa && s.id != sb));
+    assert_eq!(r.watched_pids(), BTreeSet::from([100]));
+    // An active session of a deleted authorization stays until it ends, then goes.
+    let mut g = grant(Entity::User(1003), &["read"]);
+    g.session_ttl = Some(5);
+    let c = r.authz_add(&g, &mut owner(), T0, None).unwrap();
+    auth_none(&mut r, &mut who(1003, 800), T0).unwrap();
+    r.authz_del("proj", c, &mut owner(), T0).unwrap();
+    assert_eq!(r.sessions("proj", &mut owner(), T0).unwrap().len(), 2);
+    r.tick(T0 + 5);
+    assert_eq!(r.sessions("proj", &mut owner(), T0 + 5).unwrap().len(), 1);
 }

@@ -1,6 +1,7 @@
 //! The registry shared by the FUSE gate, the control server, the timer and the process
 //! watcher, with the condition variable every state change is announced on.
 
+use crate::limits::Limits;
 use crate::registry::{Event, Registry};
 use crate::tree::Tree;
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -14,8 +15,12 @@ pub struct Shared {
 
 impl Shared {
     pub fn new() -> Self {
+        Self::with_limits(Limits::default())
+    }
+
+    pub fn with_limits(limits: Limits) -> Self {
         Self {
-            reg: Mutex::new(Registry::new()),
+            reg: Mutex::new(Registry::with_limits(limits)),
             changed: Condvar::new(),
         }
     }

@@ -13,6 +13,16 @@ pub trait Tree: Clone + Send + Sync + 'static {
     fn detach(&self, id: AttachId) -> io::Result<()>;
     /// Drops the kernel's caches of an attach, so the next access reaches the gate.
     fn invalidate(&self, id: AttachId);
+    /// The tree mount's device (major, minor), if known: a cipher directory there is refused.
+    fn device(&self) -> Option<(u32, u32)> {
+        None
+    }
+    /// Detaches the tree from the name space (lazily: what is open stays served).
+    fn unmount(&self) {}
+    /// Ends the tree's FUSE connection: every request on it fails, the serving loop returns.
+    fn abort(&self) -> io::Result<()> {
+        Err(io::Error::other("this tree cannot be aborted"))
+    }
 }
 
 impl Tree for TreeHandle {
@@ -24,5 +34,14 @@ impl Tree for TreeHandle {
     }
     fn invalidate(&self, id: AttachId) {
         TreeHandle::invalidate(self, id)
+    }
+    fn device(&self) -> Option<(u32, u32)> {
+        TreeHandle::device(self)
+    }
+    fn unmount(&self) {
+        TreeHandle::unmount(self)
+    }
+    fn abort(&self) -> io::Result<()> {
+        TreeHandle::abort(self)
     }
 }

@@ -1,9 +1,11 @@
 //! Process exits, through pidfds: sessions and authorizations bound to a process (or to the
-//! leader of a Unix session) end with it, so a recycled pid inherits nothing.
+//! leader of a Unix session) end with it, so a recycled pid inherits nothing. Only processes
+//! the registry still names are watched ([`Watcher::retain`]), so what one user can make
+//! the daemon hold is bounded by their quotas.
 
+use crate::peer::Process;
 use rustix::fd::{AsRawFd, OwnedFd};
-use rustix::process::{pidfd_open, Pid, PidfdFlags};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
@@ -11,6 +13,9 @@ use std::thread::JoinHandle;
 
 struct Inner {
     fds: Mutex<HashMap<u32, OwnedFd>>,
+    /// Pidfds no longer watched, closed by the watching thread once its poll has returned
+    /// (closing one under a running poll could let a new descriptor take its number).
+    retired: Mutex<Vec<OwnedFd>>,
     stop: std::sync::atomic::AtomicBool,
     wake: Mutex<UnixStream>,
 }
@@ -30,6 +35,7 @@ impl Watcher {
         wake_tx.set_nonblocking(true)?;
         let inner = Arc::new(Inner {
             fds: Mutex::new(HashMap::new()),
+            retired: Mutex::new(Vec::new()),
             stop: false.into(),
             wake: Mutex::new(wake_tx),
         });
@@ -45,28 +51,39 @@ impl Watcher {
 
     /// Watches `pid` (again is fine). Fails if no such process is running.
     pub fn watch(&self, pid: u32) -> io::Result<()> {
-        let mut fds = lock(&self.inner.fds);
-        if fds.contains_key(&pid) {
+        if lock(&self.inner.fds).contains_key(&pid) {
             return Ok(());
         }
-        let p = i32::try_from(pid)
-            .ok()
-            .and_then(Pid::from_raw)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "invalid pid"))?;
-        let fd = pidfd_open(p, PidfdFlags::empty()).map_err(|e| {
-            if e == rustix::io::Errno::SRCH {
-                io::Error::new(
-                    io::ErrorKind::NotFound,
-                    format!("no process {pid} is running"),
-                )
-            } else {
-                io::Error::from(e)
-            }
-        })?;
-        fds.insert(pid, fd);
+        self.watch_process(Process::open(pid)?);
+        Ok(())
+    }
+
+    /// Watches a process already held by a pidfd (a process already watched under its pid
+    /// keeps its first pidfd: if that one has exited, the exit is reported for the pid).
+    pub fn watch_process(&self, p: Process) {
+        let pid = p.pid();
+        let mut fds = lock(&self.inner.fds);
+        if fds.contains_key(&pid) {
+            return;
+        }
+        fds.insert(pid, p.into_fd());
         drop(fds);
         self.wake();
-        Ok(())
+    }
+
+    /// Stops watching every process but those in `keep`.
+    pub fn retain(&self, keep: &BTreeSet<u32>) {
+        let mut fds = lock(&self.inner.fds);
+        let gone: Vec<u32> = fds.keys().filter(|p| !keep.contains(p)).copied().collect();
+        if gone.is_empty() {
+            return;
+        }
+        let mut retired = lock(&self.inner.retired);
+        for p in gone {
+            retired.extend(fds.remove(&p));
+        }
+        drop((retired, fds));
+        self.wake();
     }
 
     /// Number of processes watched.
@@ -131,12 +148,20 @@ fn run(inner: &Inner, mut wake_rx: UnixStream, on_exit: impl Fn(u32)) {
             let mut buf = [0u8; 64];
             while matches!(wake_rx.read(&mut buf), Ok(n) if n > 0) {}
         }
-        for (i, (pid, _)) in watched.iter().enumerate() {
-            if pfds[i + 1].revents != 0 {
-                lock(&inner.fds).remove(pid);
+        for (i, (pid, fd)) in watched.iter().enumerate() {
+            if pfds[i + 1].revents == 0 {
+                continue;
+            }
+            let mut fds = lock(&inner.fds);
+            // Unless it was retired meanwhile (and perhaps watched anew).
+            if fds.get(pid).is_some_and(|f| f.as_raw_fd() == *fd) {
+                fds.remove(pid);
+                drop(fds);
                 on_exit(*pid);
             }
         }
+        // Only now: no descriptor number polled above can have been given out again.
+        lock(&inner.retired).clear();
     }
 }
 
@@ -171,5 +196,24 @@ mod tests {
         assert_eq!(w.len(), 1);
         // A process that is gone cannot be watched.
         assert_eq!(w.watch(pid).unwrap_err().kind(), io::ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn retain_lets_go_of_the_rest() {
+        let w = Watcher::start(|_| {}).unwrap();
+        let mut child = Command::new("/bin/sh")
+            .args(["-c", "read x"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        w.watch(child.id()).unwrap();
+        w.watch(std::process::id()).unwrap();
+        assert_eq!(w.len(), 2);
+        w.retain(&BTreeSet::from([std::process::id()]));
+        assert_eq!(w.len(), 1);
+        w.retain(&BTreeSet::new());
+        assert!(w.is_empty());
+        drop(child.stdin.take());
+        child.wait().unwrap();
     }
 }

@@ -89,7 +89,8 @@ fn setup() -> Env {
     let tree = FakeTree::default();
     let daemon = Daemon::new(shared.clone(), tree.clone(), PathBuf::from("/crypt"))
         .unwrap()
-        .with_penalty(Duration::from_millis(10));
+        // Guessing is throttled in tests/attacks.rs of the CLI; not here.
+        .with_penalty(Duration::ZERO);
     cloakfs_daemon::timer::start(shared.clone(), tree.clone()).unwrap();
     let listener = server::bind(&socket).unwrap();
     let srv = Server::start(Arc::new(daemon), listener, socket.clone()).unwrap();
@@ -168,6 +169,7 @@ fn grant(name: &str, entity: Entity, perms: &[&str], auth: AuthMethod) -> AuthzA
         idle: None,
         on_timeout: OnTimeout::FailAll,
         callback: None,
+        any_uid: false,
     }
 }
 
@@ -323,12 +325,32 @@ fn attach_checks_the_key_and_the_name() {
     };
     rel.cipherdir = "enc".into();
     assert!(err(call(&env, &Request::Attach(rel))).contains("absolute"));
+    let Request::Attach(mut noisy) = attach_req(&env, "noisy") else {
+        unreachable!()
+    };
+    noisy.callback = Some("x".repeat(1025));
+    assert!(err(call(&env, &Request::Attach(noisy))).contains("callback longer than 1024"));
     let Request::Attach(mut missing) = attach_req(&env, "missing") else {
         unreachable!()
     };
     missing.cipherdir = "/nonexistent/cloakfs".into();
     assert!(err(call(&env, &Request::Attach(missing))).contains("/nonexistent/cloakfs"));
-    assert!(err(call(&env, &attach_req(&env, "a/b"))).contains("single path component"));
+    for bad in [
+        "a/b",
+        "proj ",
+        " ",
+        "*",
+        "pr\u{043e}j",
+        "a\u{202e}b",
+        ".x",
+        "-x",
+    ] {
+        let e = err(call(&env, &attach_req(&env, bad)));
+        assert!(
+            e.contains("may hold only") || e.contains("may not start"),
+            "{bad:?}: {e}"
+        );
+    }
 
     // Entity and random names.
     let Request::Attach(mut ent) = attach_req(&env, "") else {

@@ -335,6 +335,23 @@ pub(crate) fn raise_bdi_knobs(mountpoint: &std::path::Path, knobs: &[(&str, u64)
     }
 }
 
+/// The device (major, minor) of the newest mount at `mountpoint`, from /proc/self/mountinfo
+/// (nothing asks the file system, which may not be served yet, or no longer).
+pub(crate) fn mount_device_numbers(mountpoint: &std::path::Path) -> Option<(u32, u32)> {
+    let dev = mount_device(mountpoint)?;
+    let (major, minor) = dev.split_once(':')?;
+    Some((major.parse().ok()?, minor.parse().ok()?))
+}
+
+/// Aborts the FUSE connection of the mount whose device is (`major`, `minor`) through the
+/// fuse control file system (where it is mounted, as systemd does): every request waiting on
+/// it fails and its server's reads end. `NotFound` without the control file system.
+pub(crate) fn abort_connection(major: u32, minor: u32) -> std::io::Result<()> {
+    // The kernel names a connection by its device number in the kernel's encoding.
+    let dev = (u64::from(major) << 20) | u64::from(minor);
+    std::fs::write(format!("/sys/fs/fuse/connections/{dev}/abort"), b"1")
+}
+
 /// The `major:minor` of the newest mount at `mountpoint`.
 fn mount_device(mountpoint: &std::path::Path) -> Option<String> {
     use std::os::unix::ffi::OsStrExt;

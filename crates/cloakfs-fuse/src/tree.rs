@@ -208,6 +208,9 @@ fn valid_name(name: &str) -> io::Result<()> {
 pub struct TreeHandle {
     shared: Arc<Shared>,
     notifier: Notifier,
+    mountpoint: PathBuf,
+    /// The mount's device (major, minor), if /proc/self/mountinfo showed it.
+    device: Option<(u32, u32)>,
 }
 
 impl std::fmt::Debug for TreeHandle {
@@ -295,6 +298,28 @@ impl TreeHandle {
         self.inval_nodes(&nodes);
     }
 
+    /// The tree mount's device (major, minor): every file in the tree has it.
+    pub fn device(&self) -> Option<(u32, u32)> {
+        self.device
+    }
+
+    /// Detaches the tree from the file system name space (a lazy unmount): nothing new can
+    /// reach it by path; what is open in it stays open, and the tree is served until the
+    /// last of it is closed (or [`TreeHandle::abort`]).
+    pub fn unmount(&self) {
+        crate::sys::detach(&self.mountpoint);
+    }
+
+    /// Aborts the tree's FUSE connection: every request on it fails (ENOTCONN) from now on,
+    /// and [`MountedTree::run`] returns. Needs root and the fuse control file system
+    /// (`/sys/fs/fuse/connections`, mounted by systemd); `NotFound` without it.
+    pub fn abort(&self) -> io::Result<()> {
+        let (major, minor) = self.device.ok_or_else(|| {
+            io::Error::new(io::ErrorKind::NotFound, "the tree's device is unknown")
+        })?;
+        crate::sys::abort_connection(major, minor)
+    }
+
     /// The current attaches, in attach order.
     pub fn names(&self) -> Vec<(AttachId, String)> {
         self.shared
@@ -360,14 +385,22 @@ pub fn mount_tree(
     crate::creds::init();
     let shared = Arc::new(Shared::new(gate, opts.cache_timeout));
     let fs = crate::tree_ops::TreeFs::new(shared.clone());
+    // Resolved now: once mounted, looking at the mount point waits for the server.
+    let canonical = std::fs::canonicalize(mountpoint).unwrap_or_else(|_| mountpoint.into());
     let session = crate::new_session(fs, mountpoint, &opts.tree_session_config())?;
     let notifier = session.notifier();
+    let device = crate::sys::mount_device_numbers(&canonical);
     Ok((
         MountedTree {
             session,
             mountpoint: mountpoint.to_path_buf(),
         },
-        TreeHandle { shared, notifier },
+        TreeHandle {
+            shared,
+            notifier,
+            mountpoint: canonical,
+            device,
+        },
     ))
 }
 

@@ -30,14 +30,16 @@ pub struct AttachArgs {
     /// Detach (and wipe the key) after this long, e.g. 8h.
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub key_ttl: Option<Duration>,
-    /// Run CMD (as you, with the attach name and the reason as $1 and $2) on a timeout.
+    /// Run CMD (as you, with the attach name and the reason as $1 and $2) on a timeout of
+    /// the key or of your session.
     #[arg(long, value_name = "CMD")]
     pub callback: Option<String>,
     #[command(flatten)]
     pub socket: control::SocketArg,
     /// The volume's cipher directory.
     pub cipherdir: PathBuf,
-    /// Name under the tree root (e.g. /crypt/NAME).
+    /// Name under the tree root (e.g. /crypt/NAME): ASCII letters, digits, '.', '_' and '-',
+    /// not starting with '.' or '-'.
     #[arg(required_unless_present = "naming", conflicts_with = "naming")]
     pub name: Option<String>,
 }
@@ -56,7 +58,12 @@ pub fn run_attach(args: AttachArgs) -> Result<()> {
         (Some("entity"), _) => Naming::Entity { session: false },
         (Some("entity-session"), _) => Naming::Entity { session: true },
         (Some(_), _) => Naming::Random,
-        (None, Some(n)) => Naming::Given(n),
+        (None, Some(n)) => {
+            // SAFETY: geteuid has no preconditions.
+            let uid = unsafe { libc::geteuid() };
+            cloakfs_daemon::naming::validate_given(&n, uid).map_err(Failure::usage)?;
+            Naming::Given(n)
+        }
         (None, None) => return Err(Failure::usage("give a NAME or --name HOW")),
     };
     let mut client = control::connect(&args.socket)?;

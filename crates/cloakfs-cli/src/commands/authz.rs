@@ -33,12 +33,16 @@ pub enum AuthzCommand {
 pub struct AuthzAddArgs {
     /// The attach.
     pub name: String,
-    /// For one process.
+    /// For one process (and only while it runs as the uid it has now).
     #[arg(long, value_name = "PID")]
     pub pid: Option<u32>,
-    /// For one Unix session (see `ps -o sid`).
+    /// For one Unix session (see `ps -o sid`): its processes of the uid of its leader.
     #[arg(long, value_name = "SID")]
     pub session: Option<u32>,
+    /// With --pid or --session: cover processes of any uid there, setuid programs of other
+    /// users included.
+    #[arg(long)]
+    pub any_uid: bool,
     /// For a user (name or uid).
     #[arg(long, value_name = "USER")]
     pub user: Option<String>,
@@ -73,8 +77,8 @@ pub struct AuthzAddArgs {
     /// What requests do after a session timed out.
     #[arg(long, default_value = "fail-all", value_parser = ["fail-all", "fail-new", "sleep-new", "sleep-all"])]
     pub on_timeout: String,
-    /// Run CMD (as the session's user, with the attach name and the reason as $1 and $2)
-    /// when a session of this authorization times out.
+    /// Run CMD (as you, never as the session's user, with the attach name and the reason as
+    /// $1 and $2) when a session of this authorization times out.
     #[arg(long, value_name = "CMD")]
     pub callback: Option<String>,
     #[command(flatten)]
@@ -179,6 +183,9 @@ fn add(a: AuthzAddArgs) -> Result<()> {
             "name the entity: --pid, --session, --user or --group",
         ));
     };
+    if a.any_uid && a.pid.is_none() && a.session.is_none() {
+        return Err(Failure::usage("--any-uid needs --pid or --session"));
+    }
     let perms = parse_perms(&a.perms)?;
     let mut client = control::connect(&a.socket)?;
     let auth = if a.auth == "passphrase" {
@@ -221,6 +228,7 @@ fn add(a: AuthzAddArgs) -> Result<()> {
         idle: control::secs(a.idle),
         on_timeout: on_timeout(&a.on_timeout),
         callback: a.callback,
+        any_uid: a.any_uid,
     });
     let answer = control::call_on(&mut client, &req);
     if let Request::AuthzAdd(AuthzAddRequest {
