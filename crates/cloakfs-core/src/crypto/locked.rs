@@ -36,8 +36,8 @@ const CLASSES: usize = MAX_SLOT / SLOT_ALIGN;
 const REGION_PAGES: usize = 16;
 /// Empty pages kept mapped and locked for reuse before any is given back.
 const SPARE_PAGES: usize = 16;
-/// Bytes of stack overwritten after work on key material (more than any key setup or cipher
-/// operation of the crates used here touches; see the tests).
+/// Bytes of stack overwritten after work on key material: more than the deepest such work
+/// uses (Argon2 about 11 KiB, keying AES-SIV about 5 KiB, with the crates of this build).
 const SCRUB_BYTES: usize = 16 * 1024;
 
 /// A value in locked memory, wiped when dropped. See the module documentation.
@@ -159,20 +159,13 @@ pub fn relock_after_fork() {
     pool().relock();
 }
 
-/// How much of the pool is mapped and locked (for tests and diagnostics).
+/// How much of a pool is mapped and locked.
+#[cfg(test)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PoolUsage {
-    /// Pages mapped.
-    pub pages: usize,
-    /// Of those, pages that are locked.
-    pub locked_pages: usize,
-    /// Slots in use.
-    pub live_slots: usize,
-}
-
-/// The pool's current usage.
-pub fn usage() -> PoolUsage {
-    pool().usage()
+struct PoolUsage {
+    pages: usize,
+    locked_pages: usize,
+    live_slots: usize,
 }
 
 static POOL: Mutex<Pool> = Mutex::new(Pool::new());
@@ -357,6 +350,7 @@ impl Pool {
         }
     }
 
+    #[cfg(test)]
     fn usage(&self) -> PoolUsage {
         PoolUsage {
             pages: self.pages.len(),
