@@ -60,6 +60,9 @@ fn main() -> ExitCode {
             });
         }
     };
+    if reads_secret(&cli.command) {
+        cloakfs_core::crypto::secret::harden_process();
+    }
     let result = match cli.command {
         Command::Init(a) => commands::init::run(a),
         Command::Mount(a) => commands::mount::run(a),
@@ -88,6 +91,33 @@ fn main() -> ExitCode {
             eprintln!("cloakfs: {f}");
             ExitCode::from(f.code)
         }
+    }
+}
+
+/// Whether a command reads a secret or holds a key: such a command runs hardened (no core
+/// dump, not dumpable) from its start, before it reads anything. Deliberately no `_` arm, so
+/// a new command must be sorted here.
+fn reads_secret(command: &Command) -> bool {
+    match command {
+        Command::Init(_)
+        | Command::Mount(_)
+        | Command::Passwd(_)
+        | Command::Slots(_)
+        | Command::Cat(_)
+        | Command::Name(_)
+        | Command::Fsck(_)
+        | Command::Export(_)
+        | Command::Rekey(_)
+        | Command::Daemon(_)
+        | Command::Attach(_)
+        | Command::Authz(_)
+        | Command::Auth(_) => true,
+        Command::Unmount(_)
+        | Command::Info(_)
+        | Command::Detach(_)
+        | Command::Status(_)
+        | Command::Sessions(_)
+        | Command::Revoke(_) => false,
     }
 }
 

@@ -64,7 +64,6 @@ pub fn run(args: MountArgs) -> Result<()> {
     unlock.keyfile = unlock.keyfile.or(o.keyfile.clone());
     unlock.identity.extend(o.identity.iter().cloned());
     let volume = crate::unlock::unlock(&unlock, &cipherdir)?;
-    cloakfs_core::crypto::secret::harden_process();
 
     let mut mo = MountOptions::new(&cipherdir);
     mo.read_only = o.read_only;

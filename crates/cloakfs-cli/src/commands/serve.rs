@@ -88,7 +88,6 @@ pub fn run(args: DaemonArgs) -> Result<()> {
     }
     std::fs::create_dir_all(&args.root)
         .map_err(|e| Failure::mount(format!("tree root {}: {e}", args.root.display())))?;
-    cloakfs_core::crypto::secret::harden_process();
     let root = std::fs::canonicalize(&args.root)?;
     let opts = DaemonOptions {
         root: root.clone(),

@@ -11,36 +11,30 @@
 //! ring seals and opens only in place (opening may shift the data left); callers that hold
 //! the input elsewhere copy it into the output first.
 
+use crate::crypto::locked::LockedBox;
 use ring::aead::{Aad, LessSafeKey, Nonce, Tag, UnboundKey, AES_256_GCM};
-use std::mem::MaybeUninit;
-use zeroize::Zeroize;
 
 /// Nonce length (96 bits, the GCM default).
 pub const NONCE_LEN: usize = 12;
 /// Tag length (128 bits).
 pub const TAG_LEN: usize = 16;
 
-/// Wiping the key on drop overwrites the value without running its destructor: sound only
-/// for a type that has none (ring's keys are plain arrays and a `&'static` algorithm).
-const _: () = assert!(!std::mem::needs_drop::<LessSafeKey>());
-
-/// An AES-256-GCM key schedule, wiped when dropped.
-///
-/// ring does not zeroize its keys. This type keeps the schedule on the heap, in a
-/// `MaybeUninit` that is always initialized while the key lives, and overwrites it with
-/// zeros on drop (a `MaybeUninit` may hold any bytes, so the zeros are never read as a key).
-pub struct GcmKey(Box<MaybeUninit<LessSafeKey>>);
+/// An AES-256-GCM key schedule in locked memory, wiped when dropped (ring does not wipe its
+/// keys). ring's `LessSafeKey` holds its schedule inline: round keys and GHASH table in
+/// arrays, plus a `&'static` algorithm.
+pub struct GcmKey(LockedBox<LessSafeKey>);
 
 impl GcmKey {
     /// The schedule of a 32-byte key.
     pub fn new(key: &[u8; 32]) -> Self {
-        let key = UnboundKey::new(&AES_256_GCM, key).expect("32 bytes is an AES-256 key");
-        Self(Box::new(MaybeUninit::new(LessSafeKey::new(key))))
+        Self(LockedBox::new(|| {
+            let key = UnboundKey::new(&AES_256_GCM, key).expect("32 bytes is an AES-256 key");
+            LessSafeKey::new(key)
+        }))
     }
 
     fn key(&self) -> &LessSafeKey {
-        // SAFETY: `new` initializes the value and nothing but `drop` writes to it.
-        unsafe { self.0.assume_init_ref() }
+        &self.0
     }
 
     /// Encrypts `in_out` in place; returns the tag.
@@ -83,11 +77,5 @@ impl GcmKey {
             )
             .map(drop)
             .map_err(drop)
-    }
-}
-
-impl Drop for GcmKey {
-    fn drop(&mut self) {
-        self.0.zeroize();
     }
 }

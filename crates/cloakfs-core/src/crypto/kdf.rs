@@ -3,6 +3,7 @@
 //! Parameters are stored per key slot; [`Argon2Params::calibrate`] picks an iteration count so
 //! that one derivation takes about the requested time on this machine.
 
+use crate::crypto::locked::scrubbed;
 use crate::crypto::secret::{Passphrase, SecretBytes};
 use crate::error::{Error, Result};
 use std::time::{Duration, Instant};
@@ -78,7 +79,8 @@ pub fn derive(secret: &Passphrase, salt: &[u8], params: &Argon2Params) -> Result
         .map_err(|e| Error::ConfigDamaged(format!("Argon2id parameters: {e}")))?;
     let a = argon2::Argon2::new(argon2::Algorithm::Argon2id, argon2::Version::V0x13, p);
     let mut out = SecretBytes::<32>::zero();
-    a.hash_password_into(secret.expose(), salt, out.expose_mut())
+    // Argon2's BLAKE2b hashes the passphrase in a block buffer on the stack: scrub it.
+    scrubbed(|| a.hash_password_into(secret.expose(), salt, out.expose_mut()))
         .map_err(|e| Error::ConfigDamaged(format!("Argon2id: {e}")))?;
     Ok(out)
 }

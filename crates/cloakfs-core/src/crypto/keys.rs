@@ -3,6 +3,7 @@
 //!
 //! Distinct labels keep every primitive on its own key (the gocryptfs audit's finding 2.4).
 
+use crate::crypto::locked::{scrubbed, LockedBox};
 use crate::crypto::secret::SecretBytes;
 use hkdf::Hkdf;
 use sha2::Sha256;
@@ -96,23 +97,30 @@ pub(crate) fn hkdf_expand<const N: usize>(
     label: &[u8],
     extra: &[u8],
 ) -> SecretBytes<N> {
-    let mut out = SecretBytes::<N>::zero();
-    hkdf_expand_into(ikm, salt, label, extra, out.expose_mut());
-    out
+    HkdfKey::new(salt, ikm).expand(label, extra)
 }
 
-/// [`hkdf_expand`] into `out`, for a key that lives only until its cipher is keyed: the
-/// caller wipes it then (`Zeroizing`). Locking such a key into RAM would cost two system
-/// calls per file opened and protect nothing, since the cipher's own key schedule is not
-/// locked either.
-pub(crate) fn hkdf_expand_into(
-    ikm: &[u8],
-    salt: Option<&[u8]>,
-    label: &[u8],
-    extra: &[u8],
-    out: &mut [u8],
-) {
-    let hk = Hkdf::<Sha256>::new(salt, ikm);
-    hk.expand_multi_info(&[INFO_PREFIX.as_bytes(), label, extra], out)
+/// HKDF-SHA256 after its extract step: the HMAC keyed with the pseudorandom key, in locked
+/// memory. `Hkdf<Sha256>` holds that HMAC state inline.
+///
+/// Extracting and expanding both leave key material on the stack (the input key in SHA-256's
+/// block buffer, each output block before it is copied out), so both are scrubbed.
+pub(crate) struct HkdfKey(LockedBox<Hkdf<Sha256>>);
+
+impl HkdfKey {
+    /// Extracts from `ikm` with `salt`.
+    pub(crate) fn new(salt: Option<&[u8]>, ikm: &[u8]) -> Self {
+        Self(LockedBox::new(|| Hkdf::<Sha256>::new(salt, ikm)))
+    }
+
+    /// Expands with info = `INFO_PREFIX || label || extra` into a fresh locked buffer.
+    pub(crate) fn expand<const N: usize>(&self, label: &[u8], extra: &[u8]) -> SecretBytes<N> {
+        let mut out = SecretBytes::<N>::zero();
+        scrubbed(|| {
+            self.0
+                .expand_multi_info(&[INFO_PREFIX.as_bytes(), label, extra], out.expose_mut())
+        })
         .expect("HKDF output length is a small constant");
+        out
+    }
 }

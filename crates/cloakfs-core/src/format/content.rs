@@ -18,13 +18,13 @@
 //! AES-GCM time. Measurements are in docs/PERFORMANCE.md.
 
 use crate::crypto::gcm::GcmKey;
-use crate::crypto::keys::{hkdf_expand_into, label};
+use crate::crypto::keys::{label, HkdfKey};
+use crate::crypto::locked::LockedBox;
 use crate::crypto::secret::SecretBytes;
 use crate::error::{Error, Result};
 use crate::format::layout::{Layout, HEADER_LEN};
 use chacha20poly1305::aead::{AeadInPlace, KeyInit};
 use chacha20poly1305::XChaCha20Poly1305;
-use zeroize::Zeroizing;
 
 /// Version of the per-file header written by this build.
 pub const HEADER_VERSION: u16 = 1;
@@ -127,7 +127,8 @@ pub struct ContentCodec {
     suite: ContentSuite,
     layout: Layout,
     strict_holes: bool,
-    key: SecretBytes<32>,
+    /// The content key, extracted once: per-file keys are its expansions.
+    files: HkdfKey,
 }
 
 impl std::fmt::Debug for ContentCodec {
@@ -152,7 +153,7 @@ impl ContentCodec {
             suite,
             layout: Layout::new(block_size, suite.overhead()),
             strict_holes,
-            key,
+            files: HkdfKey::new(None, key.expose()),
         }
     }
 
@@ -171,24 +172,15 @@ impl ContentCodec {
         self.strict_holes
     }
 
-    /// The cipher for the file with this ID.
+    /// The cipher for the file with this ID. Its key and key schedule are built in locked
+    /// memory; the key bytes are wiped once the schedule is made.
     pub fn file_cipher(&self, id: FileId) -> FileCipher {
-        let aead = {
-            let mut key = Zeroizing::new([0u8; 32]);
-            hkdf_expand_into(
-                self.key.expose(),
-                None,
-                label::FILE.as_bytes(),
-                &id.0,
-                &mut key[..],
-            );
-            match self.suite {
-                ContentSuite::Aes256Gcm => Aead::Gcm(GcmKey::new(&key)),
-                ContentSuite::XChaCha20Poly1305 => {
-                    Aead::XChaCha(Box::new(XChaCha20Poly1305::new((&*key).into())))
-                }
-            }
-            // The derived key bytes are zeroized here; only the key schedule lives on.
+        let key: SecretBytes<32> = self.files.expand(label::FILE.as_bytes(), &id.0);
+        let aead = match self.suite {
+            ContentSuite::Aes256Gcm => Aead::Gcm(GcmKey::new(key.expose())),
+            ContentSuite::XChaCha20Poly1305 => Aead::XChaCha(LockedBox::new(|| {
+                XChaCha20Poly1305::new(key.expose().into())
+            })),
         };
         FileCipher {
             id,
@@ -200,13 +192,13 @@ impl ContentCodec {
     }
 }
 
-/// The keyed AEAD of one file.
-///
-/// Zeroization: `XChaCha20Poly1305` zeroizes its key on drop (chacha20poly1305 0.10's `Drop`
-/// impl); [`GcmKey`] wipes its key schedule on drop.
+/// The keyed AEAD of one file, in locked memory: ring's AES-GCM schedule ([`GcmKey`]), or
+/// RustCrypto's `XChaCha20Poly1305`, which holds just its 32-byte key. The per-block
+/// ChaCha20 and Poly1305 states it derives from that key on the stack wipe themselves when
+/// dropped (the chacha20 and poly1305 crates' zeroize features).
 enum Aead {
     Gcm(GcmKey),
-    XChaCha(Box<XChaCha20Poly1305>),
+    XChaCha(LockedBox<XChaCha20Poly1305>),
 }
 
 /// A nonce drawn from the operating system's RNG for exactly one seal.
@@ -245,8 +237,8 @@ impl std::fmt::Debug for FreshNonce {
     }
 }
 
-/// Seals and opens the blocks of one file. The key schedules are zeroized on drop (how, per
-/// implementation, is documented on the private `Aead` enum).
+/// Seals and opens the blocks of one file. Its key schedule is in locked memory and wiped on
+/// drop.
 pub struct FileCipher {
     id: FileId,
     aead: Aead,

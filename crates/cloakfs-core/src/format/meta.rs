@@ -7,6 +7,7 @@
 //! - user xattr value: nonce || AES-256-GCM(metadata key, nonce, value,
 //!   aad = "xattr:" || stored name) || tag.
 
+use crate::crypto::locked::{scrubbed, LockedBox};
 use crate::crypto::secret::SecretBytes;
 use crate::error::{Error, Result};
 use crate::format::encoding::{b64, unb64};
@@ -24,8 +25,12 @@ pub const USER_XATTR_PREFIX: &str = "user.";
 pub const XATTR_VALUE_MAX: usize = 65536 - NONCE_LEN - TAG_LEN;
 
 /// Seals symlink targets and xattrs.
+///
+/// The metadata key's schedule is in locked memory: RustCrypto's `Aes256Gcm` holds its AES
+/// schedule and GHASH key inline. Each operation is scrubbed, since aes-gcm copies the GHASH
+/// key onto the stack and leaves it there.
 pub struct MetaCodec {
-    aead: Box<Aes256Gcm>,
+    aead: LockedBox<Aes256Gcm>,
     xattr_names: NameCodec,
 }
 
@@ -39,7 +44,7 @@ impl MetaCodec {
     /// A codec from the metadata key and the xattr-names SIV key.
     pub fn new(metadata_key: SecretBytes<32>, xattr_names_key: SecretBytes<64>) -> Self {
         Self {
-            aead: Box::new(Aes256Gcm::new(metadata_key.expose().into())),
+            aead: LockedBox::new(|| Aes256Gcm::new(metadata_key.expose().into())),
             xattr_names: NameCodec::new(xattr_names_key, usize::MAX),
         }
     }
@@ -48,10 +53,11 @@ impl MetaCodec {
         let mut out = Vec::with_capacity(NONCE_LEN + data.len() + TAG_LEN);
         out.extend_from_slice(nonce);
         out.extend_from_slice(data);
-        let tag = self
-            .aead
-            .encrypt_in_place_detached(nonce.into(), aad, &mut out[NONCE_LEN..])
-            .expect("metadata is far below the AEAD length limit");
+        let tag = scrubbed(|| {
+            self.aead
+                .encrypt_in_place_detached(nonce.into(), aad, &mut out[NONCE_LEN..])
+        })
+        .expect("metadata is far below the AEAD length limit");
         out.extend_from_slice(&tag);
         out
     }
@@ -68,9 +74,11 @@ impl MetaCodec {
         let (nonce, rest) = sealed.split_at(NONCE_LEN);
         let (body, tag) = rest.split_at(rest.len() - TAG_LEN);
         let mut out = body.to_vec();
-        self.aead
-            .decrypt_in_place_detached(nonce.into(), aad, &mut out, tag.into())
-            .map_err(|_| bad())?;
+        scrubbed(|| {
+            self.aead
+                .decrypt_in_place_detached(nonce.into(), aad, &mut out, tag.into())
+        })
+        .map_err(|_| bad())?;
         Ok(out)
     }
 

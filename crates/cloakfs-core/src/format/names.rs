@@ -10,10 +10,9 @@
 //! of the same name plus `.name`.
 
 use crate::crypto::secret::SecretBytes;
+use crate::crypto::siv::SivKey;
 use crate::error::{Error, Result};
 use crate::format::encoding::{b64, unb64};
-use aes_siv::siv::Aes256Siv;
-use aes_siv::KeyInit;
 use sha2::{Digest, Sha256};
 
 /// Longest plaintext name (bytes), as on Linux file systems.
@@ -116,9 +115,9 @@ pub fn validate_plain(name: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// Encrypts and decrypts names with a SIV key.
+/// Encrypts and decrypts names with a SIV key (keyed once, in locked memory).
 pub struct NameCodec {
-    key: SecretBytes<64>,
+    siv: SivKey,
     long_name_max: usize,
 }
 
@@ -133,18 +132,15 @@ impl std::fmt::Debug for NameCodec {
 impl NameCodec {
     /// A codec with the given AES-256-SIV key (64 bytes) and long-name threshold.
     pub fn new(key: SecretBytes<64>, long_name_max: usize) -> Self {
-        Self { key, long_name_max }
-    }
-
-    fn siv(&self) -> Aes256Siv {
-        Aes256Siv::new(self.key.expose().into())
+        Self {
+            siv: SivKey::new(key),
+            long_name_max,
+        }
     }
 
     /// SIV-encrypts `data` with one header; output = synthetic IV || ciphertext.
     pub(crate) fn seal_raw(&self, header: &[u8], data: &[u8]) -> Vec<u8> {
-        self.siv()
-            .encrypt([header], data)
-            .expect("one header is within the SIV header limit")
+        self.siv.seal(header, data)
     }
 
     /// Reverses [`NameCodec::seal_raw`].
@@ -152,7 +148,7 @@ impl NameCodec {
         if sealed.len() <= 16 {
             return None;
         }
-        self.siv().decrypt([header], sealed).ok()
+        self.siv.open(header, sealed)
     }
 
     /// The encrypted form of plaintext `name` inside directory `dir`.
