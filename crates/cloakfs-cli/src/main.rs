@@ -111,8 +111,10 @@ fn reads_secret(command: &Command) -> bool {
         | Command::Daemon(_)
         | Command::Attach(_)
         | Command::Authz(_)
-        | Command::Auth(_) => true,
-        Command::Unmount(_)
+        | Command::Auth(_)
+        | Command::Known(commands::known::KnownCommand::Accept(_)) => true,
+        Command::Known(_)
+        | Command::Unmount(_)
         | Command::Info(_)
         | Command::Detach(_)
         | Command::Status(_)

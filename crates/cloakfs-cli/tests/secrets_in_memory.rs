@@ -294,7 +294,12 @@ fn attach_is_hardened_before_reading_its_secret() {
         ]),
         "attach",
     );
-    assert!(root.join("hardened").is_dir());
+    // Listed in the tree (its contents are the owner's: root holds no authorization).
+    let listed: Vec<_> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(listed, ["hardened"]);
     drop(daemon);
 }
 
