@@ -62,13 +62,28 @@ impl Work {
     /// `cloakfs ARGS` as user nobody, with a home of its own.
     fn nobody(&self, args: &[&str]) -> Command {
         let mut c = self.unlimited_core();
+        Self::as_nobody(&mut c, args);
+        c
+    }
+
+    /// `cloakfs ARGS` as user nobody in a Unix session of its own (setsid): an attach is
+    /// bound to its caller's session, and the test runner's may lie outside the daemon's
+    /// pid namespace. setsid execs without forking (the child leads no process group), so
+    /// the pid watched stays the command's.
+    fn nobody_in_session(&self, args: &[&str]) -> Command {
+        let mut c = self.unlimited_core();
+        c.arg("setsid");
+        Self::as_nobody(&mut c, args);
+        c
+    }
+
+    fn as_nobody(c: &mut Command, args: &[&str]) {
         c.arg("setpriv")
             .arg(format!("--reuid={NOBODY}"))
             .arg(format!("--regid={NOBODY}"))
             .arg("--clear-groups")
             .arg(BIN)
             .args(args);
-        c
     }
 
     /// `cloakfs ARGS` as root (whose processes look the same dumpable or not).
@@ -283,7 +298,7 @@ fn attach_is_hardened_before_reading_its_secret() {
     let daemon = Stop(daemon, root.clone());
     let fifo = w.path("fifo");
     w.through_fifo(
-        w.nobody(&[
+        w.nobody_in_session(&[
             "attach",
             "--socket",
             s(&socket),
