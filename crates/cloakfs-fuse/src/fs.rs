@@ -50,6 +50,8 @@ pub(crate) struct CloakFs {
     local_opens: bool,
     /// Makes new directory IDs durable off the request path.
     pub(crate) syncer: Syncer,
+    /// Whether the kernel may take the writeback cache (see `ops::WriteCache`).
+    pub(crate) writeback_cache: bool,
 }
 
 impl CloakFs {
@@ -114,6 +116,7 @@ impl CloakFs {
             pruner: Pruner::for_fd_limit(notifier),
             local_opens,
             syncer: Syncer::new(),
+            writeback_cache: false,
         })
     }
 
