@@ -49,6 +49,9 @@ pub enum ProblemKind {
     Block,
     /// A symlink target does not decrypt.
     Symlink,
+    /// A long symlink target that no symlink points to (left by an interrupted create,
+    /// unlink or rekey).
+    OrphanLongTarget,
     /// A `user.` xattr name or value does not decrypt.
     Xattr,
     /// A temporary file of an interrupted config write or rekey.
@@ -173,6 +176,10 @@ struct Checker<'a> {
     progress: &'a dyn Progress,
     out: Vec<u8>,
     sealed: Vec<u8>,
+    /// The cipher directory (long symlink targets live in its root).
+    cipherdir: PathBuf,
+    /// Long symlink targets that symlinks point to.
+    long_targets_used: HashSet<String>,
 }
 
 /// Checks the volume at `cipherdir` (see the module documentation). The volume must not be in
@@ -194,6 +201,8 @@ pub fn check(
         progress,
         out: Vec::new(),
         sealed: Vec::new(),
+        cipherdir: cipherdir.to_path_buf(),
+        long_targets_used: HashSet::new(),
     };
     c.config(cipherdir);
     for item in Walker::new(volume, cipherdir) {
@@ -222,6 +231,7 @@ pub fn check(
             Item::Bad(b) => c.bad(b),
         }
     }
+    c.long_targets(cipherdir);
     let r = &mut c.report;
     r.counts.problems = r.problems.len() as u64;
     r.counts.repaired = r.problems.iter().filter(|p| p.repaired).count() as u64;
@@ -410,7 +420,18 @@ impl Checker<'_> {
         use std::os::unix::ffi::OsStrExt;
         let res = std::fs::read_link(backing)
             .map_err(Error::from)
-            .and_then(|t| self.volume.meta().decrypt_symlink(t.as_os_str().as_bytes()));
+            .and_then(|t| {
+                let t = t.as_os_str().as_bytes();
+                if let Some(name) = crate::format::meta::long_target_name(t) {
+                    self.long_targets_used.insert(name.to_string());
+                }
+                let root = std::fs::File::open(&self.cipherdir)?;
+                crate::io::long_targets::read_target(
+                    self.volume.meta(),
+                    std::os::fd::AsFd::as_fd(&root),
+                    t,
+                )
+            });
         if let Err(e) = res {
             self.push(
                 ProblemKind::Symlink,
@@ -471,6 +492,55 @@ impl Checker<'_> {
         }
     }
 
+    /// Every file of the long-target directory must be the target of a symlink met in the
+    /// walk; one that is not is left by an interrupted create, unlink or rekey (repairable:
+    /// nothing points to it).
+    fn long_targets(&mut self, cipherdir: &Path) {
+        let dir = cipherdir.join(crate::format::meta::LONG_TARGETS_DIR);
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return;
+        };
+        let mut names: Vec<_> = entries
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name())
+            .collect();
+        names.sort();
+        for name in names {
+            let backing = dir.join(&name);
+            let known = name.to_str().is_some_and(|n| {
+                crate::format::meta::long_target_name(
+                    format!("{}{n}", crate::format::meta::LONG_TARGET_PREFIX).as_bytes(),
+                )
+                .is_some()
+            });
+            if !known {
+                self.push(
+                    ProblemKind::Foreign,
+                    &backing,
+                    None,
+                    None,
+                    "not a long symlink target (a name cloakfs never makes there)".into(),
+                    false,
+                );
+            } else if !self
+                .long_targets_used
+                .contains(name.to_str().unwrap_or_default())
+            {
+                let p = self.push(
+                    ProblemKind::OrphanLongTarget,
+                    &backing,
+                    None,
+                    None,
+                    "long symlink target that no symlink points to (left by an interrupted \
+                     create, unlink or rekey)"
+                        .into(),
+                    true,
+                );
+                self.repair(p, || std::fs::remove_file(&backing));
+            }
+        }
+    }
+
     fn internal(&mut self, i: &Internal) {
         let dir = Some(i.dir_plain.as_path());
         let name = i
@@ -480,7 +550,10 @@ impl Checker<'_> {
             .unwrap_or_default();
         let backing = i.backing.clone();
         match i.kind {
-            InternalKind::Config | InternalKind::DirId | InternalKind::Sidecar => {}
+            InternalKind::Config
+            | InternalKind::DirId
+            | InternalKind::Sidecar
+            | InternalKind::LongTargets => {}
             InternalKind::OrphanSidecar => {
                 let p = self.push(
                     ProblemKind::OrphanSidecar,
