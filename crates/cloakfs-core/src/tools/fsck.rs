@@ -47,6 +47,11 @@ pub enum ProblemKind {
     Truncated,
     /// One or more blocks fail authentication.
     Block,
+    /// Bytes of a file that never reached the disk: its header or blocks read as zeros that a
+    /// crash left where unsynced data was to be (the backing file system kept the length
+    /// but not the data). Repairable on a sparse volume: they become plaintext zeros, which
+    /// is all the disk holds of them.
+    Unwritten,
     /// A symlink target does not decrypt.
     Symlink,
     /// A long symlink target that no symlink points to (left by an interrupted create,
@@ -354,12 +359,46 @@ impl Checker<'_> {
         let r = match BlockReader::open(self.volume.content(), file) {
             Ok(r) => r,
             Err(e) => {
+                self.progress.advance(meta.len(), 0);
+                if !matches!(e, Error::Io(_)) && self.unwritten(backing, 0, meta.len()) {
+                    let size = self
+                        .volume
+                        .content()
+                        .layout()
+                        .plain_size_lenient(meta.len());
+                    let p = self.push(
+                        ProblemKind::Unwritten,
+                        backing,
+                        Some(plain),
+                        None,
+                        format!(
+                            "all {} bytes are zeros (the data never reached the disk before a \
+                             crash): {e}",
+                            meta.len()
+                        ),
+                        !self.volume.content().strict_holes(),
+                    );
+                    let codec = self.volume.content().clone();
+                    let backing = backing.to_path_buf();
+                    self.repair(p, || {
+                        // A new header, and zeros of the same plaintext size.
+                        let f = std::fs::OpenOptions::new()
+                            .read(true)
+                            .write(true)
+                            .open(&backing)?;
+                        f.set_len(0)?;
+                        let cf = crate::io::file::ContentFile::open(codec, f)
+                            .map_err(std::io::Error::other)?;
+                        cf.truncate(size).map_err(std::io::Error::other)?;
+                        cf.sync(false).map_err(std::io::Error::other)
+                    });
+                    return;
+                }
                 let kind = match e {
                     Error::Io(_) => ProblemKind::Io,
                     _ => ProblemKind::Header,
                 };
                 self.push(kind, backing, Some(plain), None, e.to_string(), false);
-                self.progress.advance(meta.len(), 0);
                 return;
             }
         };
@@ -391,6 +430,44 @@ impl Checker<'_> {
         }
         self.progress
             .advance(crate::format::layout::HEADER_LEN.min(r.backing_len()), 0);
+        let layout = r.layout();
+        let (zeros, failed): (Vec<u64>, Vec<u64>) = failed.into_iter().partition(|&b| {
+            let at = layout.cipher_offset(b);
+            let len = layout.block_len(b, r.size()) + layout.overhead();
+            self.unwritten(backing, at, len)
+        });
+        if !zeros.is_empty() {
+            let p = self.push(
+                ProblemKind::Unwritten,
+                backing,
+                Some(plain),
+                None,
+                format!(
+                    "{} blocks are all zeros (their data never reached the disk before a crash; \
+                     first: block {})",
+                    zeros.len(),
+                    zeros[0]
+                ),
+                !self.volume.content().strict_holes(),
+            );
+            let codec = self.volume.content().clone();
+            let size = r.size();
+            let backing = backing.to_path_buf();
+            self.repair(p, || {
+                let f = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&backing)?;
+                let cf =
+                    crate::io::file::ContentFile::open(codec, f).map_err(std::io::Error::other)?;
+                for b in zeros {
+                    let len = layout.block_len(b, size) as usize;
+                    cf.write_at(layout.plain_offset(b), &vec![0u8; len])
+                        .map_err(std::io::Error::other)?;
+                }
+                cf.sync(false).map_err(std::io::Error::other)
+            });
+        }
         if !failed.is_empty() {
             let shown: Vec<String> = failed.iter().take(10).map(u64::to_string).collect();
             let more = if failed.len() > 10 { ", ..." } else { "" };
@@ -414,6 +491,24 @@ impl Checker<'_> {
             self.progress.advance(tail, 0);
             self.push(ProblemKind::Truncated, backing, Some(plain), None, d, false);
         }
+    }
+
+    /// Whether the `len` bytes at `at` of `backing` are all zeros (and there are some).
+    fn unwritten(&self, backing: &Path, at: u64, len: u64) -> bool {
+        use std::os::unix::fs::FileExt;
+        let Ok(f) = std::fs::File::open(backing) else {
+            return false;
+        };
+        let mut buf = vec![0u8; (len as usize).min(1 << 20)];
+        let mut pos = at;
+        while pos < at + len {
+            let n = ((at + len - pos) as usize).min(buf.len());
+            if f.read_exact_at(&mut buf[..n], pos).is_err() || buf[..n].iter().any(|&b| b != 0) {
+                return false;
+            }
+            pos += n as u64;
+        }
+        len > 0
     }
 
     fn symlink(&mut self, backing: &Path, plain: &Path) {
