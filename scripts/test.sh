@@ -12,6 +12,7 @@ fi
 # devices). CLOAKFS_SLOW_TESTS=1 runs the long variants.
 if [ "$(id -u)" = 0 ]; then
     tests/independent/long-symlinks.sh
+    python3 tests/crash/eio.py
     if [ "${CLOAKFS_SLOW_TESTS:-0}" = 1 ]; then
         python3 tests/crash/crash.py --runs 300 --power-runs 150
     else
