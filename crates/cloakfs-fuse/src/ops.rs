@@ -333,9 +333,9 @@ impl Filesystem for CloakFs {
         // has written its cached pages and reported their errors once; a write lost earlier
         // is reported by every close until it is handled (see `Inode::lose`). Locks are the
         // kernel's.
-        match self.node(ino).map(|i| i.lost(fh.0)) {
-            Ok(Some(e)) | Err(e) => reply.error(e),
-            Ok(None) => reply.ok(),
+        match self.inodes.get(ino.0).and_then(|i| i.lost(fh.0)) {
+            Some(e) => reply.error(e),
+            None => reply.ok(),
         }
     }
 
