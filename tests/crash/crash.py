@@ -40,6 +40,7 @@ failure.
 """
 
 import argparse
+import contextlib
 import json
 import fcntl
 import hashlib
@@ -114,12 +115,33 @@ class Journal:
         self.dirs = set()  # relative paths
         self.stream = None  # (relative path, durable length)
         self.ops = 0
+        self.crashing = False
         self.progress = threading.Condition(self.lock)
 
     def tick(self):
         with self.lock:
             self.ops += 1
             self.progress.notify_all()
+
+    @contextlib.contextmanager
+    def durable(self):
+        """Records what an fsync that returned made durable, under the lock, unless the crash
+        has begun: a simulated power cut shuts the backing file system down under an fsync in
+        progress, which may then return 0 for a commit that never reached the disk (a real
+        power cut would have ended the caller too). Raises Crashing instead."""
+        with self.lock:
+            if self.crashing:
+                raise Crashing()
+            yield
+
+    def crash(self):
+        """Marks the crash: from now on nothing more is recorded as durable."""
+        with self.lock:
+            self.crashing = True
+
+
+class Crashing(Exception):
+    """The crash began before what was just made durable could be recorded."""
 
 
 class Workload:
@@ -147,6 +169,8 @@ class Workload:
     def guard(self, target, t, seed):
         try:
             target(t, random.Random(seed))
+        except Crashing:
+            pass
         except OSError as e:
             # Once the crash has begun anything may fail (ENOTCONN from the dead daemon, EIO or
             # EROFS from the shut-down backing file system); before it, nothing may.
@@ -175,7 +199,7 @@ class Workload:
         os.mkdir(self.p(base))
         fsync_path(self.p(base), True)
         fsync_path(self.mnt, True)
-        with self.j.lock:
+        with self.j.durable():
             self.j.dirs.add(base)
         live = {}  # name -> (seed, length): files still changed, their content as written
         n = 0
@@ -216,7 +240,7 @@ class Workload:
                 seed_len = live.pop(name)
                 fsync_path(self.p(f"{base}/{sealed}"))
                 fsync_path(self.p(base), True)
-                with self.j.lock:
+                with self.j.durable():
                     self.j.files[f"{base}/{sealed}"] = seed_len
             self.j.tick()
 
@@ -241,7 +265,7 @@ class Workload:
             os.mkdir(self.p(p))
             fsync_path(self.p(p), True)
         fsync_path(self.mnt, True)
-        with self.j.lock:
+        with self.j.durable():
             self.j.dirs.update(parents)
         mine = []  # directories of this thread (relative paths), all durable
         n = 0
@@ -261,7 +285,7 @@ class Workload:
                     files[f"{d}/x{i}"] = (seed, length)
                 fsync_path(self.p(d), True)
                 fsync_path(self.p(parent), True)
-                with self.j.lock:
+                with self.j.durable():
                     self.j.dirs.add(d)
                     self.j.files.update(files)
                 mine.append(d)
@@ -281,7 +305,7 @@ class Workload:
                 fsync_path(self.p(new_parent), True)
                 if new_parent != old_parent:
                     fsync_path(self.p(old_parent), True)
-                with self.j.lock:
+                with self.j.durable():
                     self.j.dirs.add(new)
                     for k, v in moved.items():
                         self.j.files[new + k[len(old) :]] = v
@@ -295,7 +319,7 @@ class Workload:
         try:
             os.fsync(fd)
             fsync_path(self.mnt, True)
-            with self.j.lock:
+            with self.j.durable():
                 self.j.stream = (rel, 0)
             off = 0
             next_sync = rng.randrange(1, 5) << 20
@@ -305,7 +329,7 @@ class Workload:
                 off += piece
                 if off >= next_sync:
                     os.fsync(fd)
-                    with self.j.lock:
+                    with self.j.durable():
                         self.j.stream = (rel, off)
                     next_sync = off + (rng.randrange(1, 5) << 20)
                 self.j.tick()
@@ -473,6 +497,7 @@ def one_run(args, n, kind, crash, work):
             while j.ops < at and any(t.is_alive() for t in w.threads):
                 j.progress.wait(timeout=30)
         w.crashing.set()
+        j.crash()
         if crash == "power":
             fd = os.open(disk, os.O_RDONLY | os.O_DIRECTORY)
             try:
