@@ -9,6 +9,10 @@ pkgs+=(softhsm2 gnupg age openssh-client)
 pkgs+=(passwd util-linux)
 # Long fuzz runs (scripts/fuzz.sh) build libFuzzer, which is C++.
 pkgs+=(g++)
+# Reliability tests (tests/suites, tests/crash): third-party suites, and ext4 images on loop
+# devices for simulated power cuts.
+# python3-fusepy: tests/crash/failfs.py, a backing store that fails with EIO on demand.
+pkgs+=(stress-ng dbench fio e2fsprogs mount python3-fusepy)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

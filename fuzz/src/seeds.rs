@@ -114,7 +114,10 @@ pub fn names() -> Vec<Vec<u8>> {
 pub fn meta() -> Vec<Vec<u8>> {
     let volume = fixture::volume(0);
     let m = volume.meta();
-    let target = m.encrypt_symlink(b"../some/where").expect("seed symlink");
+    let target = m
+        .encrypt_symlink(b"../some/where")
+        .expect("seed symlink")
+        .backing_target();
     let name = m
         .encrypt_xattr_name(b"user.comment")
         .expect("seed xattr name")

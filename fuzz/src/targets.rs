@@ -9,6 +9,7 @@ use cloakfs_core::format::config::{KeySource, VolumeConfig, CONFIG_VERSION};
 use cloakfs_core::format::content::{ContentCodec, ContentSuite, FileHeader};
 use cloakfs_core::format::encoding::b64;
 use cloakfs_core::format::layout::{Layout, HEADER_LEN};
+use cloakfs_core::format::meta::{long_target_file_name, SealedTarget};
 use cloakfs_core::format::names::{self, EntryKind, StoredName, DIRID_FILE};
 use cloakfs_core::io::file::ContentFile;
 use cloakfs_core::slots::recovery::RecoveryKey;
@@ -338,11 +339,28 @@ pub fn meta(data: &[u8]) {
             if let Ok(target) = m.decrypt_symlink(payload) {
                 let stored = m
                     .encrypt_symlink(&target)
-                    .expect("a decrypted target encrypts");
+                    .expect("a decrypted target encrypts")
+                    .backing_target();
                 assert_eq!(m.decrypt_symlink(stored.as_bytes()).unwrap(), target);
             }
-            if let Ok(stored) = m.encrypt_symlink(payload) {
-                assert_eq!(m.decrypt_symlink(stored.as_bytes()).unwrap(), payload);
+            // The payload as the content of a long target's file, under its own name.
+            if let Ok(target) = m.open_long_target(&long_target_file_name(payload), payload) {
+                let SealedTarget::Long { name, sealed } = m
+                    .encrypt_symlink(&target)
+                    .expect("a decrypted long target encrypts")
+                else {
+                    panic!("a long target is stored apart");
+                };
+                assert_eq!(m.open_long_target(&name, &sealed).unwrap(), target);
+            }
+            match m.encrypt_symlink(payload) {
+                Ok(SealedTarget::Inline(stored)) => {
+                    assert_eq!(m.decrypt_symlink(stored.as_bytes()).unwrap(), payload)
+                }
+                Ok(SealedTarget::Long { name, sealed }) => {
+                    assert_eq!(m.open_long_target(&name, &sealed).unwrap(), payload)
+                }
+                Err(_) => {}
             }
         }
         1 => {

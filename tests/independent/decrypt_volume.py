@@ -631,14 +631,32 @@ class Volume:
         return name
 
     # -- section 10 --
-    def decrypt_symlink(self, target: bytes) -> bytes:
-        sealed = unb64(target, "symlink target")
+    def decrypt_symlink(self, target: bytes, root: bytes) -> bytes:
+        """`target` of a backing symlink; `root` is the cipher directory (section 10.1)."""
+        long = target.startswith(b"cloakfs.symlink.")
+        if long:
+            h = target[len(b"cloakfs.symlink."):]
+            if len(h) != 43:
+                raise VolumeError("long symlink target name is not 43 characters")
+            unb64(h, "long symlink target name", 32)
+            try:
+                sealed = read_regular(os.path.join(root, b"cloakfs.symlinks", h),
+                                      "long symlink target")
+            except FileNotFoundError:
+                raise VolumeError("long symlink target is missing")
+            if b64(hashlib.sha256(sealed).digest()).encode() != h:
+                raise VolumeError("long symlink target does not match its name")
+        else:
+            sealed = unb64(target, "symlink target")
         if len(sealed) < 28:
             raise VolumeError("symlink target too short")
         try:
-            return AESGCM(self.k_metadata).decrypt(sealed[:12], sealed[12:], b"symlink")
+            plain = AESGCM(self.k_metadata).decrypt(sealed[:12], sealed[12:], b"symlink")
         except InvalidTag:
             raise VolumeError("symlink target does not authenticate")
+        if not 0 < len(plain) <= 4095 or (len(plain) > 3000) != long:
+            raise VolumeError("symlink target not in its one stored form")
+        return plain
 
     # -- section 11 (not used for the tree: git stores no xattrs; kept for completeness) --
     def decrypt_xattr(self, stored_name: bytes, value: bytes):
@@ -707,7 +725,7 @@ def decrypt_dir(vol: Volume, backing: bytes, dir_id: bytes, out: bytes, counts: 
                 counts["dirs"] += 1
                 decrypt_dir(vol, path, sub_id, target, counts)
             elif stat.S_ISLNK(st.st_mode):
-                os.symlink(vol.decrypt_symlink(os.readlink(path)), target)
+                os.symlink(vol.decrypt_symlink(os.readlink(path), vol.root), target)
                 counts["symlinks"] += 1
             elif stat.S_ISREG(st.st_mode):
                 with open(path, "rb") as f:
@@ -746,6 +764,7 @@ def decrypt_volume(cipherdir: str, config_path: str, secrets: Secrets, outdir: s
     check_shares(config, secrets)
     mk, slot = config.unlock(secrets)
     vol = Volume(config, mk)
+    vol.root = os.fsencode(cipherdir)
     counts = {"dirs": 0, "files": 0, "symlinks": 0, "special": 0}
     decrypt_dir(vol, os.fsencode(cipherdir), config.volume_id, os.fsencode(outdir), counts)
     return counts, slot

@@ -50,6 +50,7 @@ pub struct ParsedOptions {
     pub cache_timeout: Option<f64>,
     pub log_file: Option<PathBuf>,
     pub foreground: bool,
+    pub writeback_cache: bool,
 }
 
 /// Parses every `-o` argument (each a comma-separated list).
@@ -82,6 +83,7 @@ pub fn parse(args: &[String]) -> Result<ParsedOptions> {
             "identity" => p.identity.push(need(value)?.into()),
             "log_file" => p.log_file = Some(need(value)?.into()),
             "foreground" => p.foreground = true,
+            "writeback_cache" => p.writeback_cache = true,
             "threads" => {
                 p.threads = Some(
                     need(value)?
@@ -134,6 +136,8 @@ mod tests {
     fn repeated_and_values() {
         let p = parse(&["ro".into(), "threads=4,cache_timeout=2.5,fsname=x".into()]).unwrap();
         assert!(p.read_only);
+        assert!(!p.writeback_cache);
+        assert!(parse(&["writeback_cache".into()]).unwrap().writeback_cache);
         assert_eq!(p.threads, Some(4));
         assert_eq!(p.cache_timeout, Some(2.5));
         assert_eq!(p.fsname.as_deref(), Some("x"));

@@ -21,7 +21,7 @@ use cloakfs_core::format::config::{SlotRandomness, VolumeConfig, VolumeParams, C
 use cloakfs_core::format::content::{ContentCodec, ContentSuite, FileHeader, FileId};
 use cloakfs_core::format::encoding::b64;
 use cloakfs_core::format::layout::Layout;
-use cloakfs_core::format::meta::MetaCodec;
+use cloakfs_core::format::meta::{MetaCodec, SealedTarget, SYMLINK_INLINE_MAX, SYMLINK_MAX};
 use cloakfs_core::format::names::{DirId, NameCodec, StoredName, DIRID_FILE};
 use cloakfs_core::io::file::ContentFile;
 use cloakfs_core::tools::paths;
@@ -195,6 +195,10 @@ const EXPECTED: &[(&str, &str)] = &[
     ("slots.recovery.wrapped", "UFFSU1RVVldYWVpbJT8VYgMQXJJPcnCP3FkNm69cKCoWkZWv9V6S8Xg0S5nNAYuTf2bHnSTMoecYceIW"),
     ("slots.recipient.wrapped", "UFFSU1RVVldYWVpbeDwY-25-C2J2mOkspTgf_vOj0-eAWOPDoC5DInjKlBV5Ndx0GtVc8CKSoqYspN_o"),
     ("slots.mac", "hTSVx8hg1K6zAIFw2HY0eDuX851ow2DzctYYcFH0F_Y"),
+    // FORMAT.md 10.1: long symlink targets.
+    ("symlink.long.backing", "cloakfs.symlink.jctorIge3Vdp9A3DVnGp8Fwf_NsJgW3tG1tsxQ6VONI"),
+    ("symlink.long.file.sha256", "8dcb68ac881edd5769f40dc35671a9f05c1ffcdb09816ded1b5b6cc50e9538d2"),
+    ("symlink.long.file.head", "909192939495969798999a9b586999a9392a2d1f94dc7d6123ba5da84e2d60eb16ff7f3cadd346a0b779aea8e1f37644"),
 ];
 
 const EXPECTED_CANONICAL: &str = r#"cloakfs config v1
@@ -542,7 +546,10 @@ fn name_vectors() {
     );
 
     let m = meta_codec();
-    let symlink = m.encrypt_symlink_with_nonce(&symlink_nonce(), SYMLINK_TARGET);
+    let symlink = m
+        .encrypt_symlink_with_nonce(&symlink_nonce(), SYMLINK_TARGET)
+        .unwrap()
+        .backing_target();
     assert_eq!(
         m.decrypt_symlink(symlink.as_bytes()).unwrap(),
         SYMLINK_TARGET
@@ -567,6 +574,54 @@ fn name_vectors() {
         ("symlink", symlink),
         ("xattr.name", String::from_utf8(xname).unwrap()),
         ("xattr.value", hex(&xvalue)),
+    ]);
+}
+
+/// A symlink target of PATH_MAX - 1 bytes: `0123456789/` over and over.
+fn long_symlink_target() -> Vec<u8> {
+    (0..SYMLINK_MAX).map(|i| b"0123456789/"[i % 11]).collect()
+}
+
+/// FORMAT.md 10.1: a long target's file holds nonce || AES-256-GCM(K_metadata, nonce, T,
+/// "symlink") || tag, is named by the SHA-256 of those bytes, and the backing symlink points
+/// to `cloakfs.symlink.` and that name.
+#[test]
+fn long_symlink_target_vectors() {
+    let m = meta_codec();
+    let target = long_symlink_target();
+    let sealed = m
+        .encrypt_symlink_with_nonce(&symlink_nonce(), &target)
+        .unwrap();
+    let SealedTarget::Long {
+        name,
+        sealed: bytes,
+    } = &sealed
+    else {
+        panic!("4095 bytes are stored apart");
+    };
+    // Built from the documented construction.
+    let metadata: SecretBytes<32> = master_key().subkey(&volume_id(), label::METADATA);
+    let mut body = target.clone();
+    let tag = Aes256Gcm::new(metadata.expose().into())
+        .encrypt_in_place_detached(&symlink_nonce().into(), b"symlink", &mut body)
+        .unwrap();
+    let built = [symlink_nonce().as_slice(), &body, &tag].concat();
+    assert_eq!(&built, bytes);
+    assert_eq!(name, &b64(&Sha256::digest(&built)));
+    assert_eq!(m.open_long_target(name, bytes).unwrap(), target);
+    // The longest target stored inline, and the shortest stored apart.
+    let inline = m
+        .encrypt_symlink_with_nonce(&symlink_nonce(), &target[..SYMLINK_INLINE_MAX])
+        .unwrap();
+    assert!(matches!(inline, SealedTarget::Inline(ref t) if t.len() == 4038));
+    let apart = m
+        .encrypt_symlink_with_nonce(&symlink_nonce(), &target[..SYMLINK_INLINE_MAX + 1])
+        .unwrap();
+    assert!(matches!(apart, SealedTarget::Long { .. }));
+    check(&[
+        ("symlink.long.backing", sealed.backing_target()),
+        ("symlink.long.file.sha256", hex(&Sha256::digest(&built))),
+        ("symlink.long.file.head", hex(&built[..48])),
     ]);
 }
 
@@ -1051,8 +1106,12 @@ fn build_volume(cipherdir: &Path, plaindir: &Path) {
             }
             Node::Symlink(target) => {
                 let nonce: [u8; 12] = derived("nonce", &path, b"")[..12].try_into().unwrap();
-                let enc = vol.meta().encrypt_symlink_with_nonce(&nonce, target);
-                std::os::unix::fs::symlink(enc, &backing).unwrap();
+                let enc = vol
+                    .meta()
+                    .encrypt_symlink_with_nonce(&nonce, target)
+                    .unwrap();
+                assert!(matches!(enc, SealedTarget::Inline(_)), "short targets only");
+                std::os::unix::fs::symlink(enc.backing_target(), &backing).unwrap();
                 std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(target), &plain).unwrap();
             }
             Node::File(data) => {
@@ -1178,10 +1237,12 @@ fn decrypt_tree(
             decrypt_tree(vol, cipherdir, &backing, &sub, &rel, out);
         } else if md.file_type().is_symlink() {
             let t = fs::read_link(&backing).unwrap();
-            let plain = vol
-                .meta()
-                .decrypt_symlink(t.as_os_str().as_bytes())
-                .unwrap();
+            let plain = cloakfs_core::io::long_targets::read_target_at(
+                vol.meta(),
+                cipherdir,
+                t.as_os_str().as_bytes(),
+            )
+            .unwrap();
             out.insert(
                 rel,
                 format!("symlink:{}", String::from_utf8(plain).unwrap()),

@@ -327,10 +327,11 @@ impl CloakFs {
             }
             self.remember_dir_id(id_file.as_fd(), id);
             // Nothing may fail once the directory has its name.
-            let sync_job = vec![
+            let sync_job = crate::durable::Job {
                 id_file,
-                rustix::io::fcntl_dupfd_cloexec(&dfd, 0).map_err(errno)?,
-            ];
+                id: id.0,
+                dir: rustix::io::fcntl_dupfd_cloexec(&dfd, 0).map_err(errno)?,
+            };
             let created = self.write_sidecar(pfd, stored)?;
             let moved = rename_noreplace(pfd, &tmp, stored.backing());
             if moved.is_err() && created {

@@ -15,6 +15,12 @@
 //! meanwhile: new objects that no one had asked to be durable. gocryptfs's
 //! [#1033](https://github.com/rfjakob/gocryptfs/issues/1033) (an empty `gocryptfs.diriv`
 //! after an fsync of the parent and a power cut) cannot happen here: that fsync drains.
+//!
+//! A sync that fails (EIO, ENOSPC from the backing store) is not forgotten once reported: the
+//! job stays, and every drain writes its ID again and retries it, failing with the error until
+//! a retry succeeds. Retrying the fsync alone would prove nothing: after a failed writeback
+//! the backing file system may mark the pages clean, and a second fsync then returns 0 for
+//! data that never reached the disk.
 
 use crate::sys::{errno, Res};
 use rustix::fd::OwnedFd;
@@ -26,11 +32,26 @@ use std::thread::JoinHandle;
 /// descriptors (two per directory) stay few.
 const QUEUE_LEN: usize = 32;
 
-/// Descriptors to fsync, in order.
-type Job = Vec<OwnedFd>;
+/// What makes one new directory durable: its ID file (open for writing) holding `id`, and the
+/// directory itself, fsynced in that order.
+pub(crate) struct Job {
+    pub(crate) id_file: OwnedFd,
+    pub(crate) id: [u8; 16],
+    pub(crate) dir: OwnedFd,
+}
 
-fn fsync_in_order(fds: &[OwnedFd]) -> rustix::io::Result<()> {
-    fds.iter().try_for_each(rustix::fs::fsync)
+impl Job {
+    /// Fsyncs the ID file and the directory; `rewrite` first writes the ID again (a retry).
+    fn run(&self, rewrite: bool) -> rustix::io::Result<()> {
+        if rewrite {
+            let n = rustix::io::pwrite(&self.id_file, &self.id, 0)?;
+            if n != self.id.len() {
+                return Err(rustix::io::Errno::IO);
+            }
+        }
+        rustix::fs::fsync(&self.id_file)?;
+        rustix::fs::fsync(&self.dir)
+    }
 }
 
 /// How far the sync thread has come.
@@ -38,8 +59,8 @@ fn fsync_in_order(fds: &[OwnedFd]) -> rustix::io::Result<()> {
 struct Progress {
     queued: u64,
     done: u64,
-    /// The first fsync that failed since the last drain, reported by the next one.
-    failed: Option<rustix::io::Errno>,
+    /// Jobs whose sync failed, with the error, until a retry succeeds.
+    failed: Vec<(Job, rustix::io::Errno)>,
 }
 
 struct Shared {
@@ -52,13 +73,14 @@ impl Shared {
         self.progress.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Counts one queued job done, `failed` if one of its fsyncs did.
-    fn finish(&self, failed: Option<rustix::io::Errno>) {
+    /// Runs `job` and counts it done; a failed one is kept for [`Syncer::drain`] to retry.
+    fn finish(&self, job: Job) {
+        let failed = job.run(false).err();
         let mut p = self.lock();
         p.done += 1;
         if let Some(e) = failed {
             tracing::error!("syncing a new directory's ID to the backing disk: {e}");
-            p.failed.get_or_insert(e);
+            p.failed.push((job, e));
         }
         self.advanced.notify_all();
     }
@@ -97,18 +119,16 @@ impl Syncer {
             .name("cloakfs-sync".into())
             .spawn(move || {
                 for job in rx {
-                    let failed = fsync_in_order(&job).err();
-                    drop(job);
-                    shared.finish(failed);
+                    shared.finish(job);
                 }
             })?;
         Ok(Worker::Running(tx, thread))
     }
 
-    /// Queues `fds` to be fsynced in order; syncs them here if the thread has stopped or
-    /// could not start. Either way a failure is reported by the next drain: the caller has
-    /// already put the directory in place.
-    pub(crate) fn push(&self, fds: Job) {
+    /// Queues `job`; runs it here if the thread has stopped or could not start. Either way a
+    /// failure is reported by every drain until a retry succeeds: the caller has already put
+    /// the directory in place.
+    pub(crate) fn push(&self, job: Job) {
         let sender = {
             let mut w = self.worker.lock().unwrap_or_else(|e| e.into_inner());
             if matches!(*w, Worker::Idle) {
@@ -127,19 +147,17 @@ impl Syncer {
         self.shared.lock().queued += 1;
         let unsent = match sender {
             // The thread only ends when the queue closes: if it is gone, sync here.
-            Some(tx) => match tx.send(fds) {
+            Some(tx) => match tx.send(job) {
                 Ok(()) => return,
                 Err(unsent) => unsent.0,
             },
-            None => fds,
+            None => job,
         };
-        let failed = fsync_in_order(&unsent).err();
-        drop(unsent);
-        self.shared.finish(failed);
+        self.shared.finish(unsent);
     }
 
-    /// Waits until everything queued before this call is synced. Reports (once) the first
-    /// fsync that failed since the last drain.
+    /// Waits until everything queued before this call is synced, then retries every job that
+    /// failed (writing its ID again). Fails with the first error of a job that still fails.
     pub(crate) fn drain(&self) -> Res<()> {
         let mut p = self.shared.lock();
         let target = p.queued;
@@ -150,7 +168,23 @@ impl Syncer {
                 .wait(p)
                 .unwrap_or_else(|e| e.into_inner());
         }
-        match p.failed.take() {
+        if p.failed.is_empty() {
+            return Ok(());
+        }
+        // Retried here, under the lock: drains that come meanwhile wait for the outcome
+        // instead of reporting success for a directory that is still not durable.
+        let mut first = None;
+        let failed = std::mem::take(&mut p.failed);
+        for (job, _) in failed {
+            match job.run(true) {
+                Ok(()) => tracing::info!("a new directory's ID is durable after a retry"),
+                Err(e) => {
+                    first.get_or_insert(e);
+                    p.failed.push((job, e));
+                }
+            }
+        }
+        match first {
             Some(e) => Err(errno(e)),
             None => Ok(()),
         }
@@ -180,10 +214,25 @@ mod tests {
     use super::*;
     use std::io::Write;
 
-    fn file_fd(dir: &tempfile::TempDir, name: &str) -> OwnedFd {
-        let mut f = std::fs::File::create(dir.path().join(name)).unwrap();
-        f.write_all(b"x").unwrap();
-        OwnedFd::from(f)
+    fn job(dir: &tempfile::TempDir, name: &str) -> Job {
+        let path = dir.path().join(name);
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.write_all(&[7; 16]).unwrap();
+        Job {
+            id_file: OwnedFd::from(f),
+            id: [7; 16],
+            dir: OwnedFd::from(std::fs::File::open(dir.path()).unwrap()),
+        }
+    }
+
+    /// A job whose syncs fail (fsync of a pipe: EINVAL, a stand-in for a disk error).
+    fn failing_job(dir: &tempfile::TempDir) -> Job {
+        let (_r, w) = std::io::pipe().unwrap();
+        Job {
+            id_file: w.into(),
+            id: [1; 16],
+            dir: OwnedFd::from(std::fs::File::open(dir.path()).unwrap()),
+        }
     }
 
     #[test]
@@ -191,7 +240,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let s = Syncer::new();
         for i in 0..3 * QUEUE_LEN {
-            s.push(vec![file_fd(&dir, &format!("f{i}"))]);
+            s.push(job(&dir, &format!("f{i}")));
         }
         s.drain().unwrap();
         let p = s.shared.lock();
@@ -202,28 +251,37 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_sync_is_reported_by_the_next_drain_only() {
+    fn a_failed_sync_is_reported_by_every_drain_until_a_retry_succeeds() {
         let dir = tempfile::tempdir().unwrap();
         let s = Syncer::new();
-        // fsync of a pipe fails (EINVAL): a stand-in for a disk error.
-        let (r, w) = std::io::pipe().unwrap();
-        s.push(vec![file_fd(&dir, "a"), r.into(), w.into()]);
-        s.push(vec![file_fd(&dir, "b")]);
-        assert_eq!(s.drain(), Err(fuser::Errno::EINVAL));
+        s.push(failing_job(&dir));
+        s.push(job(&dir, "b"));
+        assert!(s.drain().is_err());
+        assert!(s.drain().is_err(), "still not durable: still an error");
+        assert_eq!(s.shared.lock().failed.len(), 1);
+        // What a successful retry leaves: nothing to report.
+        s.shared.lock().failed.clear();
         assert_eq!(s.drain(), Ok(()));
+    }
+
+    #[test]
+    fn a_retry_writes_the_id_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = job(&dir, "id");
+        std::fs::write(dir.path().join("id"), b"").unwrap();
+        j.run(true).unwrap();
+        assert_eq!(std::fs::read(dir.path().join("id")).unwrap(), [7; 16]);
     }
 
     #[test]
     fn after_stop_pushes_sync_in_the_caller() {
         let dir = tempfile::tempdir().unwrap();
         let s = Syncer::new();
-        s.push(vec![file_fd(&dir, "a")]);
+        s.push(job(&dir, "a"));
         s.stop();
         assert_eq!(s.shared.lock().done, 1, "stop syncs what was queued");
-        let (r, _w) = std::io::pipe().unwrap();
-        s.push(vec![r.into()]);
+        s.push(failing_job(&dir));
         assert_eq!(s.shared.lock().done, 2, "synced in the caller");
-        assert_eq!(s.drain(), Err(fuser::Errno::EINVAL));
-        s.drain().unwrap();
+        assert!(s.drain().is_err());
     }
 }

@@ -6,6 +6,8 @@ use crate::dir::chown;
 use crate::fs::CloakFs;
 use crate::inode::{Inode, Kind};
 use crate::sys::{self, errno, Res};
+use cloakfs_core::format::meta::SealedTarget;
+use cloakfs_core::io::long_targets;
 use fuser::{Errno, FileAttr, INodeNo, RenameFlags, Request};
 use rustix::fd::BorrowedFd;
 use rustix::fs::{AtFlags, Mode};
@@ -47,9 +49,8 @@ impl CloakFs {
             return Err(Errno::EINVAL);
         }
         let stored = rustix::fs::readlinkat(inode.fd(), "", Vec::new()).map_err(errno)?;
-        self.volume
-            .meta()
-            .decrypt_symlink(stored.as_bytes())
+        let root = self.node(INodeNo(self.inodes.root()))?;
+        long_targets::read_target(self.volume.meta(), root.fd(), stored.as_bytes())
             .map_err(|e| self.fail(&e, inode.fd(), Some("symlink target")))
     }
 
@@ -105,12 +106,22 @@ impl CloakFs {
         let p = self.node(parent)?;
         let stored = self.stored_name(&p, name)?;
         let last_link = self.large_last_link(p.fd(), stored.backing());
+        let long_target = long_targets::last_link_target(p.fd(), stored.backing());
         rustix::fs::unlinkat(p.fd(), stored.backing(), AtFlags::empty()).map_err(errno)?;
         self.remove_sidecar(p.fd(), &stored);
         if let Some(inode) = last_link {
             inode.free_unlinked_data();
         }
+        self.remove_long_target(long_target);
         Ok(())
+    }
+
+    /// Removes the long target of a symlink whose last name is gone (see
+    /// `cloakfs_core::io::long_targets`).
+    fn remove_long_target(&self, name: Option<String>) {
+        if let (Some(name), Ok(root)) = (name, self.node(INodeNo(self.inodes.root()))) {
+            long_targets::remove(root.fd(), &name);
+        }
     }
 
     /// The node of backing entry `backing` of `dir` if that name is the last link of a large
@@ -150,10 +161,17 @@ impl CloakFs {
             .meta()
             .encrypt_symlink(target.as_os_str().as_bytes())
             .map_err(|e| Errno::from_i32(e.errno()))?;
+        let root = self.node(INodeNo(self.inodes.root()))?;
+        // A long target is durable before the symlink that points to it exists.
+        long_targets::store(root.fd(), &enc).map_err(|e| self.fail(&e, root.fd(), None))?;
         let created = self.write_sidecar(p.fd(), &stored)?;
-        if let Err(e) = rustix::fs::symlinkat(enc.as_str(), p.fd(), stored.backing()) {
+        let backing_target = enc.backing_target();
+        if let Err(e) = rustix::fs::symlinkat(backing_target.as_str(), p.fd(), stored.backing()) {
             if created {
                 self.remove_sidecar(p.fd(), &stored);
+            }
+            if let SealedTarget::Long { name, .. } = enc {
+                long_targets::remove(root.fd(), &name);
             }
             return Err(errno(e));
         }
@@ -185,10 +203,13 @@ impl CloakFs {
         } else {
             self.write_sidecar(np.fd(), &to)?
         };
-        let replaced = if exchange {
-            None
+        let (replaced, replaced_target) = if exchange {
+            (None, None)
         } else {
-            self.large_last_link(np.fd(), to.backing())
+            (
+                self.large_last_link(np.fd(), to.backing()),
+                long_targets::last_link_target(np.fd(), to.backing()),
+            )
         };
         let mut rflags = rustix::fs::RenameFlags::empty();
         if exchange {
@@ -223,6 +244,9 @@ impl CloakFs {
         }
         if let Some(inode) = replaced {
             inode.free_unlinked_data();
+        }
+        if !same_entry {
+            self.remove_long_target(replaced_target);
         }
         Ok(())
     }

@@ -20,6 +20,11 @@ thread_local! {
 /// `__FMODE_EXEC`: the kernel's mark on opens made by execve (passed on in FUSE open flags).
 pub(crate) const FMODE_EXEC: i32 = 0x20;
 
+/// Whether a handle opened with `flags` may write (or truncates at open).
+pub(crate) fn open_writes(flags: i32) -> bool {
+    flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0
+}
+
 /// The permission an open with `flags` needs on the backing file: execute for execve, else
 /// read and/or write per the access mode (`O_TRUNC` writes).
 pub(crate) fn open_access(flags: i32) -> rustix::fs::Access {
@@ -90,6 +95,9 @@ impl CloakFs {
                 self.kill_suidgid_on_truncate(req, &inode)?;
             }
             self.with_file(&inode, true, |f| f.truncate(size))?;
+            if size == 0 {
+                inode.emptied();
+            }
         }
         if atime.is_some() || mtime.is_some() {
             rustix::fs::utimensat(
@@ -146,7 +154,7 @@ impl CloakFs {
             _ => return Err(Errno::EINVAL),
         }
         let trunc = flags & libc::O_TRUNC != 0;
-        let writable = flags & libc::O_ACCMODE != libc::O_RDONLY || trunc;
+        let writable = open_writes(flags);
         if writable {
             self.writable()?;
         }
@@ -164,6 +172,7 @@ impl CloakFs {
                 inode.release();
                 return Err(errno);
             }
+            inode.emptied();
         }
         Ok(())
     }
@@ -248,6 +257,7 @@ impl CloakFs {
             self.inodes.forget(inode.nodeid, 1);
             return Err(errno);
         }
+        inode.emptied();
         self.stat(&inode)
     }
 

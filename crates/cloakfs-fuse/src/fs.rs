@@ -50,6 +50,8 @@ pub(crate) struct CloakFs {
     local_opens: bool,
     /// Makes new directory IDs durable off the request path.
     pub(crate) syncer: Syncer,
+    /// Whether the kernel may take the writeback cache (see `ops::WriteCache`).
+    pub(crate) writeback_cache: bool,
 }
 
 impl CloakFs {
@@ -114,6 +116,7 @@ impl CloakFs {
             pruner: Pruner::for_fd_limit(notifier),
             local_opens,
             syncer: Syncer::new(),
+            writeback_cache: false,
         })
     }
 
@@ -187,8 +190,15 @@ impl CloakFs {
     /// Plaintext length of a symlink target (the stored length if it fails to decrypt, so a
     /// damaged link can still be listed and removed; readlink reports the damage).
     fn symlink_len(&self, fd: BorrowedFd<'_>) -> u64 {
+        let Ok(root) = self.node(INodeNo(self.inodes.root())) else {
+            return 0;
+        };
         match rustix::fs::readlinkat(fd, "", Vec::new()) {
-            Ok(stored) => match self.volume.meta().decrypt_symlink(stored.as_bytes()) {
+            Ok(stored) => match cloakfs_core::io::long_targets::read_target(
+                self.volume.meta(),
+                root.fd(),
+                stored.as_bytes(),
+            ) {
                 Ok(t) => t.len() as u64,
                 Err(_) => stored.as_bytes().len() as u64,
             },

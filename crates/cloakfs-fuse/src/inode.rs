@@ -60,6 +60,11 @@ struct OpenState {
     users: u32,
     /// Whether `file` was opened read-write.
     writable: bool,
+    /// Open handles (the numbers given to the kernel at open and create).
+    handles: HashSet<u64>,
+    /// A write the kernel had already acknowledged that did not reach the backing file, or a
+    /// failed fsync of it, and the handles still to be told (see [`Inode::lose`]).
+    lost: Option<(fuser::Errno, HashSet<u64>)>,
 }
 
 /// One node known to the kernel.
@@ -201,6 +206,58 @@ impl Inode {
         if gone && st.users == 0 && st.file.is_none() {
             if let Ok(fd) = crate::sys::reopen(self.fd(), OFlags::WRONLY) {
                 let _ = rustix::fs::ftruncate(&fd, 0);
+            }
+        }
+    }
+
+    /// Records that data of this open file was lost after the kernel had acknowledged it
+    /// (a write from its page cache that failed, or a failed fsync, after which the backing
+    /// file system may have dropped the data). Every fsync and close of a handle open at that
+    /// moment then reports the first such error, until the error is handled: each of those
+    /// handles is closed (each told at its close), or the file is truncated to nothing (no
+    /// lost byte is part of it). Handles opened later did not write what was lost.
+    pub(crate) fn lose(&self, e: fuser::Errno) {
+        let mut st = self.state();
+        if st.lost.is_none() {
+            tracing::error!(
+                "node {}: data lost after it was acknowledged: {e:?}",
+                self.nodeid
+            );
+            let told = st.handles.clone();
+            if !told.is_empty() {
+                st.lost = Some((e, told));
+            }
+        }
+    }
+
+    /// The error that [`Inode::lose`] recorded, if handle `fh` was open then and the error is
+    /// not handled yet.
+    pub(crate) fn lost(&self, fh: u64) -> Option<fuser::Errno> {
+        match &self.state().lost {
+            Some((e, handles)) if handles.contains(&fh) => Some(*e),
+            _ => None,
+        }
+    }
+
+    /// Forgets a recorded loss: the file was truncated to nothing.
+    pub(crate) fn emptied(&self) {
+        self.state().lost = None;
+    }
+
+    /// Registers open handle `fh` (after a successful open or create).
+    pub(crate) fn opened(&self, fh: u64) {
+        self.state().handles.insert(fh);
+    }
+
+    /// Handle `fh` is released: it was told of any loss at its close. The last handle to be
+    /// told handles the loss.
+    pub(crate) fn closed(&self, fh: u64) {
+        let mut st = self.state();
+        st.handles.remove(&fh);
+        if let Some((_, handles)) = &mut st.lost {
+            handles.remove(&fh);
+            if handles.is_empty() {
+                st.lost = None;
             }
         }
     }

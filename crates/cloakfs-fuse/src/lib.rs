@@ -73,6 +73,11 @@ pub struct MountOptions {
     pub threads: usize,
     /// How long the kernel may cache attributes and directory entries.
     pub cache_timeout: Duration,
+    /// Let the kernel acknowledge writes from its page cache (`-o writeback_cache`): fewer,
+    /// larger requests, but an error the backing file system reports later (a full disk, an
+    /// I/O error, a file grown past its largest size) then reaches the writer only at fsync
+    /// and close, and the data of a write that failed is gone.
+    pub writeback_cache: bool,
 }
 
 impl MountOptions {
@@ -87,6 +92,7 @@ impl MountOptions {
             fsname: cipherdir.display().to_string(),
             threads: 8,
             cache_timeout: DEFAULT_CACHE_TIMEOUT,
+            writeback_cache: false,
         }
     }
 
@@ -229,13 +235,14 @@ pub fn mount(
 ) -> io::Result<Mounted> {
     sys::raise_nofile_limit();
     let notifier = std::sync::Arc::new(std::sync::OnceLock::new());
-    let fs = fs::CloakFs::new(
+    let mut fs = fs::CloakFs::new(
         volume,
         cipherdir,
         opts.cache_timeout,
         opts.read_only,
         notifier.clone(),
     )?;
+    fs.writeback_cache = opts.writeback_cache;
     let session = new_session(fs, mountpoint, &opts.session_config())?;
     let _ = notifier.set(session.notifier());
     Ok(Mounted {

@@ -47,16 +47,32 @@ fn reply_empty(reply: ReplyEmpty, r: Res<()>) {
     }
 }
 
+/// How the kernel caches writes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum WriteCache {
+    /// Every write(2) waits for our reply, so every error (EFBIG past the largest file the
+    /// backing file system holds, ENOSPC, EIO) reaches the writer; pages stay cached for
+    /// reads. Cached pages are dropped when a size change shows up, not on every mtime change
+    /// (our own writes change it).
+    WriteThrough,
+    /// Like `WriteThrough`, but cached pages are also dropped whenever the mtime changes (the
+    /// multi-user tree, where other users' writes reach the cipher directory directly).
+    WriteThroughMtime,
+    /// The kernel's writeback cache (`-o writeback_cache`): writes are acknowledged from the
+    /// page cache and reach us later in large batches; an error then can only be reported at
+    /// fsync and close.
+    Writeback,
+}
+
 /// Negotiates the connection: large writes, readdirplus, parallel directory operations,
-/// kept caches... and, only if `writeback`, the kernel's writeback cache (the multi-user tree
-/// leaves it off: cached writes reach us from kernel threads with the wrong caller).
-pub(crate) fn negotiate(config: &mut KernelConfig, writeback: bool) {
+/// kept caches, and the write cache `cache` (the multi-user tree never takes the writeback
+/// cache: cached writes reach us from kernel threads with the wrong caller).
+pub(crate) fn negotiate(config: &mut KernelConfig, cache: WriteCache) {
     let mut want = InitFlags::FUSE_ASYNC_READ
         | InitFlags::FUSE_BIG_WRITES
         | InitFlags::FUSE_MAX_PAGES
         | InitFlags::FUSE_PARALLEL_DIROPS
         | InitFlags::FUSE_ATOMIC_O_TRUNC
-        | InitFlags::FUSE_AUTO_INVAL_DATA
         | InitFlags::FUSE_ASYNC_DIO
         | InitFlags::FUSE_CACHE_SYMLINKS
         | InitFlags::FUSE_DO_READDIRPLUS
@@ -65,10 +81,12 @@ pub(crate) fn negotiate(config: &mut KernelConfig, writeback: bool) {
         // backing file system drops security.capability on our own writes, truncates and
         // chowns. In return the kernel stops asking for security.capability before writes.
         | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
-    if writeback {
+    match cache {
+        WriteCache::WriteThrough => {}
+        WriteCache::WriteThroughMtime => want |= InitFlags::FUSE_AUTO_INVAL_DATA,
         // The kernel then keeps written pages and sends them in large batches; it also
-        // handles O_APPEND and mtime itself.
-        want |= InitFlags::FUSE_WRITEBACK_CACHE;
+        // handles O_APPEND and mtime itself (and ignores AUTO_INVAL_DATA for files).
+        WriteCache::Writeback => want |= InitFlags::FUSE_WRITEBACK_CACHE,
     }
     let _ = config.add_capabilities(want & config.capabilities());
     if let Err(max) = config.set_max_write(MAX_WRITE) {
@@ -88,7 +106,14 @@ pub(crate) fn negotiate(config: &mut KernelConfig, writeback: bool) {
 
 impl Filesystem for CloakFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        negotiate(config, !self.read_only);
+        negotiate(
+            config,
+            if self.writeback_cache && !self.read_only {
+                WriteCache::Writeback
+            } else {
+                WriteCache::WriteThrough
+            },
+        );
         Ok(())
     }
 
@@ -227,8 +252,21 @@ impl Filesystem for CloakFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let fh = self.new_fh();
         match self.do_open(req, ino, flags.0) {
-            Ok(()) => reply.opened(FileHandle(0), OPEN_FLAGS),
+            Ok(()) => {
+                if let Ok(inode) = self.node(ino) {
+                    inode.opened(fh);
+                }
+                // A handle that cannot write has nothing to report at close: no FLUSH for it
+                // (the writeback cache flushes every handle regardless).
+                let flags = if crate::file::open_writes(flags.0) {
+                    OPEN_FLAGS
+                } else {
+                    OPEN_FLAGS | FopenFlags::FOPEN_NOFLUSH
+                };
+                reply.opened(FileHandle(fh), flags)
+            }
             Err(e) => reply.error(e),
         }
     }
@@ -259,14 +297,24 @@ impl Filesystem for CloakFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        let inode = match self.node(ino) {
+            Ok(i) => i,
+            Err(e) => return reply.error(e),
+        };
         let r = self.writable().and_then(|()| {
             self.check_size(offset, data.len() as u64)?;
-            let inode = self.node(ino)?;
             if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
                 self.kill_suidgid(&inode)?;
             }
             self.with_file(&inode, true, |f| f.write_at(offset, data))
         });
+        if let Err(e) = r {
+            if write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
+                // From the page cache (writeback, or a shared mapping): the writer was told
+                // it succeeded long ago. Only fsync and close can still tell it otherwise.
+                inode.lose(e);
+            }
+        }
         match r {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(e),
@@ -276,28 +324,33 @@ impl Filesystem for CloakFs {
     fn flush(
         &self,
         _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
+        ino: INodeNo,
+        fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // Writes reach the backing file synchronously, and the kernel writes its cached pages
-        // (and reports their errors) before it would send a flush; locks are the kernel's.
-        // ENOSYS tells it to send no more flushes: one round trip less per close.
-        reply.error(Errno::ENOSYS);
+        // A close of a handle that may have written (read-only handles send none): the kernel
+        // has written its cached pages and reported their errors once; a write lost earlier
+        // is reported by every close until it is handled (see `Inode::lose`). Locks are the
+        // kernel's.
+        match self.inodes.get(ino.0).and_then(|i| i.lost(fh.0)) {
+            Some(e) => reply.error(e),
+            None => reply.ok(),
+        }
     }
 
     fn release(
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
         if let Some(inode) = self.inodes.get(ino.0) {
+            inode.closed(fh.0);
             inode.release();
         }
         reply.ok();
@@ -307,13 +360,23 @@ impl Filesystem for CloakFs {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
         let r = self.syncer.drain().and_then(|()| {
             let inode = self.node(ino)?;
-            self.with_file(&inode, false, |f| f.sync(datasync))
+            let mut synced = Ok(());
+            self.with_file(&inode, false, |f| {
+                synced = f.sync(datasync);
+                Ok(())
+            })?;
+            if let Err(e) = synced {
+                // The backing file system reports a failed writeback to one fsync only, and
+                // may have dropped the data: ours report it until it is handled.
+                inode.lose(self.fail(&e, inode.fd(), Some("fsync")));
+            }
+            inode.lost(fh.0).map_or(Ok(()), Err)
         });
         reply_empty(reply, r);
     }
@@ -451,7 +514,13 @@ impl Filesystem for CloakFs {
         reply: ReplyCreate,
     ) {
         match self.do_create(req, parent, name, mode, flags) {
-            Ok(attr) => reply.created(&self.ttl, &attr, Generation(0), FileHandle(0), OPEN_FLAGS),
+            Ok(attr) => {
+                let fh = self.new_fh();
+                if let Ok(inode) = self.node(attr.ino) {
+                    inode.opened(fh);
+                }
+                reply.created(&self.ttl, &attr, Generation(0), FileHandle(fh), OPEN_FLAGS)
+            }
             Err(e) => reply.error(e),
         }
     }

@@ -270,10 +270,20 @@ impl TreeHandle {
     /// attributes and pages. Its open files are closed now, its volume and keys go once the
     /// last request in flight is done with them.
     pub fn detach(&self, id: AttachId) -> io::Result<()> {
-        let attach =
-            self.shared.map_mut().remove(&id).ok_or_else(|| {
-                io::Error::new(io::ErrorKind::NotFound, format!("no attach {id}"))
-            })?;
+        let not_found = || io::Error::new(io::ErrorKind::NotFound, format!("no attach {id}"));
+        // Pages that shared mappings wrote and nobody synced yet: the kernel writes them back
+        // as it drops them, which needs the attach, and their writers were told the stores
+        // succeeded.
+        let nodes = self
+            .shared
+            .map()
+            .get(&id)
+            .ok_or_else(not_found)?
+            .fs
+            .inodes
+            .node_ids();
+        self.inval_nodes(&nodes);
+        let attach = self.shared.map_mut().remove(&id).ok_or_else(not_found)?;
         self.shared.touch();
         let nodes = attach.fs.inodes.node_ids();
         attach.fs.shutdown();

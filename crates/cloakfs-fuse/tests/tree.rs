@@ -556,3 +556,81 @@ fn node_numbers_of_attaches_never_collide() {
 }
 
 use std::os::unix::fs::DirEntryExt as _;
+
+/// Writes through a shared mapping reach the daemon from the kernel's writeback, with no
+/// caller (uid 0, pid 0): they are admitted on the strength of the writable handle they
+/// come on, which the gate admitted at open. The data is on disk after msync: read back
+/// after a detach and a new attach (nothing from the kernel's cache).
+#[test]
+fn mapped_writes_are_admitted_on_their_handle() {
+    needs_root!();
+    let alice = user(ALICE);
+    let t = Tree::new();
+    // Only alice: root, the kernel's own requests included, is refused.
+    t.gate.set(alice.uid, ALLOW);
+    let id = t.attach("m", &alice, false);
+    let file = t.p("m/mapped");
+    let script = "import mmap, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+os.ftruncate(fd, 8192)
+m = mmap.mmap(fd, 8192)
+m[100:105] = b'hello'
+m[5000:5005] = b'world'
+m.flush()
+m.close()
+os.fsync(fd)
+os.close(fd)
+print('written')";
+    let mut cmd = as_user(&alice, "exec python3 -c \"$0\" \"$1\"");
+    cmd.arg(script).arg(&file);
+    let out = spawn(&mut cmd).wait_with_output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "written\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    t.handle.detach(id).unwrap();
+    t.gate.set(0, ALLOW);
+    t.attach("m", &alice, false);
+    let data = fs::read(t.p("m/mapped")).unwrap();
+    assert_eq!(data.len(), 8192);
+    assert_eq!(&data[100..105], b"hello");
+    assert_eq!(&data[5000..5005], b"world");
+}
+
+/// A detach writes what shared mappings of the attach had written and not yet synced before
+/// the attach goes: the writer was told those stores succeeded.
+#[test]
+fn detach_keeps_written_mapped_pages() {
+    needs_root!();
+    let alice = user(ALICE);
+    let t = Tree::new();
+    t.gate.set(alice.uid, ALLOW);
+    let id = t.attach("k", &alice, false);
+    let script = "import mmap, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+os.ftruncate(fd, 8192)
+m = mmap.mmap(fd, 8192)
+m[10:16] = b'stored'
+print('dirty', flush=True)
+sys.stdin.readline()";
+    let mut cmd = as_user(&alice, "exec python3 -c \"$0\" \"$1\"");
+    cmd.arg(script)
+        .arg(t.p("k/mapped"))
+        .stdin(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut child = spawn(&mut cmd);
+    let stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line, "dirty\n");
+    t.handle.detach(id).unwrap();
+    drop(stdin);
+    child.wait().unwrap();
+    t.gate.set(0, ALLOW);
+    t.attach("k", &alice, false);
+    let data = fs::read(t.p("k/mapped")).unwrap();
+    assert_eq!(&data[10..16], b"stored");
+}

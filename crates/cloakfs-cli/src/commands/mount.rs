@@ -71,6 +71,7 @@ pub fn run(args: MountArgs) -> Result<()> {
     mo.allow_root = o.allow_root;
     mo.default_permissions = o.default_permissions;
     mo.kernel_options = o.kernel.clone();
+    mo.writeback_cache = o.writeback_cache;
     if let Some(n) = o.fsname.clone() {
         mo.fsname = n;
     }

@@ -407,8 +407,15 @@ impl ContentFile {
             return Ok(());
         }
         if new_size > old {
-            self.ensure_header(&mut st)?;
-            return self.extend(&mut st, new_size);
+            // Growing rewrites the partial last block before the backing file is lengthened,
+            // which the backing file system may refuse (EFBIG past its largest file, ENOSPC):
+            // then the old block and length go back, or the file would keep a block sealed
+            // for a size it does not have.
+            let old_end = self.old_end(&st)?;
+            return self
+                .ensure_header(&mut st)
+                .and_then(|()| self.extend(&mut st, new_size))
+                .inspect_err(|_| self.put_back(&mut st, old_end));
         }
         let layout = self.layout();
         let rem = (new_size % layout.block_size()) as usize;
@@ -1006,6 +1013,38 @@ pub(crate) mod tests {
         for g in [&f, &open()] {
             assert_eq!(g.size(), want.len() as u64);
             assert_eq!(read_all(g), want);
+        }
+    }
+
+    #[test]
+    fn a_truncate_that_cannot_grow_the_file_leaves_it_as_it_was() {
+        let Some(disk) = SmallDisk::mount() else {
+            eprintln!("skipped: cannot mount a tmpfs (needs root)");
+            return;
+        };
+        let path = disk.0.path().join("f");
+        let open = |strict| {
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .unwrap();
+            ContentFile::open(codec(strict), f).unwrap()
+        };
+        // A strict volume writes sealed zeros: the partial last block is completed first,
+        // then the disk fills up somewhere in the zeros.
+        let f = open(true);
+        f.write_at(0, b"kept").unwrap();
+        disk.fill(64 * 1024);
+        match f.truncate(4 << 20) {
+            Err(Error::Io(e)) => assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}"),
+            r => panic!("expected ENOSPC: {r:?}"),
+        }
+        for g in [&f, &open(true)] {
+            assert_eq!(g.size(), 4);
+            assert_eq!(read_all(g), b"kept");
         }
     }
 

@@ -84,6 +84,8 @@ pub fn prepare_destination(cipherdir: &Path, dest: &Path) -> Result<()> {
 
 struct Exporter<'a> {
     volume: &'a Volume,
+    /// The cipher directory (long symlink targets live in its root).
+    cipherdir: PathBuf,
     dest: PathBuf,
     report: ExportReport,
     links: HashMap<(u64, u64), PathBuf>,
@@ -109,6 +111,7 @@ pub fn export(
     progress.start(bytes, entries);
     let mut x = Exporter {
         volume,
+        cipherdir: cipherdir.to_path_buf(),
         dest: dest.to_path_buf(),
         report: ExportReport::default(),
         links: HashMap::new(),
@@ -298,11 +301,12 @@ impl Exporter<'_> {
         meta: &Metadata,
     ) -> std::result::Result<(), String> {
         let stored = std::fs::read_link(backing).map_err(|e| e.to_string())?;
-        let t = self
-            .volume
-            .meta()
-            .decrypt_symlink(stored.as_os_str().as_bytes())
-            .map_err(|e| format!("symlink target: {e}"))?;
+        let t = crate::io::long_targets::read_target_at(
+            self.volume.meta(),
+            &self.cipherdir,
+            stored.as_os_str().as_bytes(),
+        )
+        .map_err(|e| format!("symlink target: {e}"))?;
         std::os::unix::fs::symlink(OsStr::from_bytes(&t), target)
             .map_err(|e| format!("cannot create symlink: {e}"))?;
         self.owner(target, meta);

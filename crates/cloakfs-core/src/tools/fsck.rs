@@ -47,8 +47,16 @@ pub enum ProblemKind {
     Truncated,
     /// One or more blocks fail authentication.
     Block,
+    /// Bytes of a file that never reached the disk: its header or blocks read as zeros that a
+    /// crash left where unsynced data was to be (the backing file system kept the length
+    /// but not the data). Repairable on a sparse volume: they become plaintext zeros, which
+    /// is all the disk holds of them.
+    Unwritten,
     /// A symlink target does not decrypt.
     Symlink,
+    /// A long symlink target that no symlink points to (left by an interrupted create,
+    /// unlink or rekey).
+    OrphanLongTarget,
     /// A `user.` xattr name or value does not decrypt.
     Xattr,
     /// A temporary file of an interrupted config write or rekey.
@@ -173,6 +181,10 @@ struct Checker<'a> {
     progress: &'a dyn Progress,
     out: Vec<u8>,
     sealed: Vec<u8>,
+    /// The cipher directory (long symlink targets live in its root).
+    cipherdir: PathBuf,
+    /// Long symlink targets that symlinks point to.
+    long_targets_used: HashSet<String>,
 }
 
 /// Checks the volume at `cipherdir` (see the module documentation). The volume must not be in
@@ -194,6 +206,8 @@ pub fn check(
         progress,
         out: Vec::new(),
         sealed: Vec::new(),
+        cipherdir: cipherdir.to_path_buf(),
+        long_targets_used: HashSet::new(),
     };
     c.config(cipherdir);
     for item in Walker::new(volume, cipherdir) {
@@ -222,6 +236,7 @@ pub fn check(
             Item::Bad(b) => c.bad(b),
         }
     }
+    c.long_targets(cipherdir);
     let r = &mut c.report;
     r.counts.problems = r.problems.len() as u64;
     r.counts.repaired = r.problems.iter().filter(|p| p.repaired).count() as u64;
@@ -344,12 +359,46 @@ impl Checker<'_> {
         let r = match BlockReader::open(self.volume.content(), file) {
             Ok(r) => r,
             Err(e) => {
+                self.progress.advance(meta.len(), 0);
+                if !matches!(e, Error::Io(_)) && self.unwritten(backing, 0, meta.len()) {
+                    let size = self
+                        .volume
+                        .content()
+                        .layout()
+                        .plain_size_lenient(meta.len());
+                    let p = self.push(
+                        ProblemKind::Unwritten,
+                        backing,
+                        Some(plain),
+                        None,
+                        format!(
+                            "all {} bytes are zeros (the data never reached the disk before a \
+                             crash): {e}",
+                            meta.len()
+                        ),
+                        !self.volume.content().strict_holes(),
+                    );
+                    let codec = self.volume.content().clone();
+                    let backing = backing.to_path_buf();
+                    self.repair(p, || {
+                        // A new header, and zeros of the same plaintext size.
+                        let f = std::fs::OpenOptions::new()
+                            .read(true)
+                            .write(true)
+                            .open(&backing)?;
+                        f.set_len(0)?;
+                        let cf = crate::io::file::ContentFile::open(codec, f)
+                            .map_err(std::io::Error::other)?;
+                        cf.truncate(size).map_err(std::io::Error::other)?;
+                        cf.sync(false).map_err(std::io::Error::other)
+                    });
+                    return;
+                }
                 let kind = match e {
                     Error::Io(_) => ProblemKind::Io,
                     _ => ProblemKind::Header,
                 };
                 self.push(kind, backing, Some(plain), None, e.to_string(), false);
-                self.progress.advance(meta.len(), 0);
                 return;
             }
         };
@@ -381,6 +430,44 @@ impl Checker<'_> {
         }
         self.progress
             .advance(crate::format::layout::HEADER_LEN.min(r.backing_len()), 0);
+        let layout = r.layout();
+        let (zeros, failed): (Vec<u64>, Vec<u64>) = failed.into_iter().partition(|&b| {
+            let at = layout.cipher_offset(b);
+            let len = layout.block_len(b, r.size()) + layout.overhead();
+            self.unwritten(backing, at, len)
+        });
+        if !zeros.is_empty() {
+            let p = self.push(
+                ProblemKind::Unwritten,
+                backing,
+                Some(plain),
+                None,
+                format!(
+                    "{} blocks are all zeros (their data never reached the disk before a crash; \
+                     first: block {})",
+                    zeros.len(),
+                    zeros[0]
+                ),
+                !self.volume.content().strict_holes(),
+            );
+            let codec = self.volume.content().clone();
+            let size = r.size();
+            let backing = backing.to_path_buf();
+            self.repair(p, || {
+                let f = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&backing)?;
+                let cf =
+                    crate::io::file::ContentFile::open(codec, f).map_err(std::io::Error::other)?;
+                for b in zeros {
+                    let len = layout.block_len(b, size) as usize;
+                    cf.write_at(layout.plain_offset(b), &vec![0u8; len])
+                        .map_err(std::io::Error::other)?;
+                }
+                cf.sync(false).map_err(std::io::Error::other)
+            });
+        }
         if !failed.is_empty() {
             let shown: Vec<String> = failed.iter().take(10).map(u64::to_string).collect();
             let more = if failed.len() > 10 { ", ..." } else { "" };
@@ -406,11 +493,40 @@ impl Checker<'_> {
         }
     }
 
+    /// Whether the `len` bytes at `at` of `backing` are all zeros (and there are some).
+    fn unwritten(&self, backing: &Path, at: u64, len: u64) -> bool {
+        use std::os::unix::fs::FileExt;
+        let Ok(f) = std::fs::File::open(backing) else {
+            return false;
+        };
+        let mut buf = vec![0u8; (len as usize).min(1 << 20)];
+        let mut pos = at;
+        while pos < at + len {
+            let n = ((at + len - pos) as usize).min(buf.len());
+            if f.read_exact_at(&mut buf[..n], pos).is_err() || buf[..n].iter().any(|&b| b != 0) {
+                return false;
+            }
+            pos += n as u64;
+        }
+        len > 0
+    }
+
     fn symlink(&mut self, backing: &Path, plain: &Path) {
         use std::os::unix::ffi::OsStrExt;
         let res = std::fs::read_link(backing)
             .map_err(Error::from)
-            .and_then(|t| self.volume.meta().decrypt_symlink(t.as_os_str().as_bytes()));
+            .and_then(|t| {
+                let t = t.as_os_str().as_bytes();
+                if let Some(name) = crate::format::meta::long_target_name(t) {
+                    self.long_targets_used.insert(name.to_string());
+                }
+                let root = std::fs::File::open(&self.cipherdir)?;
+                crate::io::long_targets::read_target(
+                    self.volume.meta(),
+                    std::os::fd::AsFd::as_fd(&root),
+                    t,
+                )
+            });
         if let Err(e) = res {
             self.push(
                 ProblemKind::Symlink,
@@ -471,6 +587,55 @@ impl Checker<'_> {
         }
     }
 
+    /// Every file of the long-target directory must be the target of a symlink met in the
+    /// walk; one that is not is left by an interrupted create, unlink or rekey (repairable:
+    /// nothing points to it).
+    fn long_targets(&mut self, cipherdir: &Path) {
+        let dir = cipherdir.join(crate::format::meta::LONG_TARGETS_DIR);
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return;
+        };
+        let mut names: Vec<_> = entries
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name())
+            .collect();
+        names.sort();
+        for name in names {
+            let backing = dir.join(&name);
+            let known = name.to_str().is_some_and(|n| {
+                crate::format::meta::long_target_name(
+                    format!("{}{n}", crate::format::meta::LONG_TARGET_PREFIX).as_bytes(),
+                )
+                .is_some()
+            });
+            if !known {
+                self.push(
+                    ProblemKind::Foreign,
+                    &backing,
+                    None,
+                    None,
+                    "not a long symlink target (a name cloakfs never makes there)".into(),
+                    false,
+                );
+            } else if !self
+                .long_targets_used
+                .contains(name.to_str().unwrap_or_default())
+            {
+                let p = self.push(
+                    ProblemKind::OrphanLongTarget,
+                    &backing,
+                    None,
+                    None,
+                    "long symlink target that no symlink points to (left by an interrupted \
+                     create, unlink or rekey)"
+                        .into(),
+                    true,
+                );
+                self.repair(p, || std::fs::remove_file(&backing));
+            }
+        }
+    }
+
     fn internal(&mut self, i: &Internal) {
         let dir = Some(i.dir_plain.as_path());
         let name = i
@@ -480,7 +645,10 @@ impl Checker<'_> {
             .unwrap_or_default();
         let backing = i.backing.clone();
         match i.kind {
-            InternalKind::Config | InternalKind::DirId | InternalKind::Sidecar => {}
+            InternalKind::Config
+            | InternalKind::DirId
+            | InternalKind::Sidecar
+            | InternalKind::LongTargets => {}
             InternalKind::OrphanSidecar => {
                 let p = self.push(
                     ProblemKind::OrphanSidecar,

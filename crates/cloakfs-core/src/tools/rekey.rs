@@ -983,27 +983,39 @@ impl<'a> Engine<'a> {
     }
 
     fn symlink(&mut self, path: &Path, meta: &Metadata) -> Result<()> {
+        use crate::io::long_targets;
         let stored = std::fs::read_link(path)?;
         let stored = stored.as_os_str().as_bytes();
-        if self.to.meta().decrypt_symlink(stored).is_ok() {
+        if long_targets::read_target_at(self.to.meta(), &self.root, stored).is_ok() {
             self.summary.already += 1;
             return Ok(());
         }
-        let target = match self.from.meta().decrypt_symlink(stored) {
+        let target = match long_targets::read_target_at(self.from.meta(), &self.root, stored) {
             Ok(t) => t,
             Err(e) => return self.damaged(path, e),
         };
         let new = self.to.meta().encrypt_symlink(&target)?;
+        // A long target's new file is durable before the symlink points to it; the old one
+        // goes once its last symlink does (a crash in between leaves an unreferenced file,
+        // which fsck --repair removes).
+        long_targets::store_at(&self.root, &new)?;
+        let old_long = crate::format::meta::long_target_name(stored)
+            .filter(|_| meta.nlink() == 1)
+            .map(str::to_string);
         let tmp = path
             .parent()
             .expect("entries have a parent")
             .join(temp_name());
-        std::os::unix::fs::symlink(new, &tmp)?;
+        std::os::unix::fs::symlink(new.backing_target(), &tmp)?;
         let _ = std::os::unix::fs::lchown(&tmp, Some(meta.uid()), Some(meta.gid()));
         let _ = crate::tools::export::set_times_nofollow(&tmp, meta);
         if let Err(e) = std::fs::rename(&tmp, path) {
             let _ = std::fs::remove_file(&tmp);
             return Err(e.into());
+        }
+        if let Some(old) = old_long {
+            let root = std::fs::File::open(&self.root)?;
+            long_targets::remove(std::os::fd::AsFd::as_fd(&root), &old);
         }
         self.step();
         self.summary.symlinks += 1;

@@ -78,9 +78,11 @@ pub fn lookup(
                 return Err(Error::Io(io::Error::from_raw_os_error(libc::ELOOP)));
             }
             let stored = std::fs::read_link(&backing)?;
-            let target = volume
-                .meta()
-                .decrypt_symlink(stored.as_os_str().as_bytes())?;
+            let target = crate::io::long_targets::read_target_at(
+                volume.meta(),
+                cipherdir,
+                stored.as_os_str().as_bytes(),
+            )?;
             let target = Path::new(OsStr::from_bytes(&target));
             if target.is_absolute() {
                 return Err(Error::Refused(format!(

@@ -131,6 +131,9 @@ pub enum InternalKind {
     RekeyTemp,
     /// `cloakfs.tmp.<hex>`: a directory the mount was creating when it was interrupted.
     MkdirTemp,
+    /// `cloakfs.symlinks` in the root: the long symlink targets (see
+    /// [`crate::io::long_targets`]).
+    LongTargets,
     /// A reserved (`cloakfs.`) name that does not belong where it is, or that this version
     /// does not know.
     StrayReserved,
@@ -452,6 +455,12 @@ pub fn internal_kind(
         InternalKind::RekeyTemp
     } else if s.starts_with(MKDIR_TEMP_PREFIX) {
         InternalKind::MkdirTemp
+    } else if s == crate::format::meta::LONG_TARGETS_DIR {
+        if is_root {
+            InternalKind::LongTargets
+        } else {
+            InternalKind::StrayReserved
+        }
     } else if let Some(entry) = sidecar_entry(s) {
         if longs.contains(OsStr::new(entry)) {
             InternalKind::Sidecar

@@ -95,7 +95,8 @@ impl<'v> Writer<'v> {
     pub fn symlink(&self, plain: &Path, target: &[u8]) -> Result<PathBuf> {
         let b = self.prepare(plain)?;
         let t = self.volume.meta().encrypt_symlink(target)?;
-        std::os::unix::fs::symlink(t, &b)?;
+        crate::io::long_targets::store_at(&self.cipherdir, &t)?;
+        std::os::unix::fs::symlink(t.backing_target(), &b)?;
         Ok(b)
     }
 
