@@ -2,5 +2,6 @@
 //! backing entries.
 
 pub mod file;
+pub mod reverse;
 pub(crate) mod stream;
 pub mod xattrs;
