@@ -9,6 +9,8 @@ pkgs+=(softhsm2 gnupg age openssh-client)
 pkgs+=(passwd util-linux)
 # Long fuzz runs (scripts/fuzz.sh) build libFuzzer, which is C++.
 pkgs+=(g++)
+# The reverse view's tests back it up with rsync and check that only changed files move.
+pkgs+=(rsync)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -47,10 +47,20 @@ fn reply_empty(reply: ReplyEmpty, r: Res<()>) {
     }
 }
 
+/// The capabilities that make the kernel list directories with readdirplus.
+pub(crate) const READDIRPLUS: InitFlags =
+    InitFlags::FUSE_DO_READDIRPLUS.union(InitFlags::FUSE_READDIRPLUS_AUTO);
+
 /// Negotiates the connection: large writes, readdirplus, parallel directory operations,
 /// kept caches... and, only if `writeback`, the kernel's writeback cache (the multi-user tree
 /// leaves it off: cached writes reach us from kernel threads with the wrong caller).
 pub(crate) fn negotiate(config: &mut KernelConfig, writeback: bool) {
+    negotiate_except(config, writeback, InitFlags::empty());
+}
+
+/// [`negotiate`] without the capabilities in `except` (a file system that does not serve
+/// readdirplus, such as the reverse view, leaves out [`READDIRPLUS`]).
+pub(crate) fn negotiate_except(config: &mut KernelConfig, writeback: bool, except: InitFlags) {
     let mut want = InitFlags::FUSE_ASYNC_READ
         | InitFlags::FUSE_BIG_WRITES
         | InitFlags::FUSE_MAX_PAGES
@@ -70,6 +80,7 @@ pub(crate) fn negotiate(config: &mut KernelConfig, writeback: bool) {
         // handles O_APPEND and mtime itself.
         want |= InitFlags::FUSE_WRITEBACK_CACHE;
     }
+    want &= !except;
     let _ = config.add_capabilities(want & config.capabilities());
     if let Err(max) = config.set_max_write(MAX_WRITE) {
         let _ = config.set_max_write(max);
