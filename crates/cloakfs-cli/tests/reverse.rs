@@ -186,6 +186,14 @@ fn reverse_view_backed_up_with_rsync_mounts_as_the_original_tree() {
     ]);
     assert!(cat.status.success(), "cat: {}", stderr(&cat));
     assert_eq!(cat.stdout, b"deep\n");
+    // And fsck finds an ordinary, sound volume.
+    let fsck = r.f.run(&["fsck", "--passfile", s(&r.f.pass), s(&r.backup)]);
+    assert!(
+        fsck.status.success(),
+        "fsck: {}{}",
+        stderr(&fsck),
+        String::from_utf8_lossy(&fsck.stdout)
+    );
 }
 
 #[test]
@@ -327,6 +335,13 @@ fn reverse_bad_input_is_refused_in_one_line() {
         s(&inside),
     ]);
     assert_fails(&out, 2, "may not lie inside");
+    let gone = r.f.tmp.path().join("gone");
+    let out =
+        r.f.run(&["reverse", "--passfile", s(&r.f.pass), s(&gone), s(&r.view)]);
+    assert_fails(&out, 3, "plaintext directory");
+    let out =
+        r.f.run(&["reverse", "--passfile", s(&r.f.pass), s(&r.plain), s(&gone)]);
+    assert_fails(&out, 4, "view mount point");
     let out = r.f.run(&[
         "reverse",
         "--passfile",

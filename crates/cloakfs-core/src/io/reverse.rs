@@ -8,7 +8,7 @@
 use crate::error::{Error, Result};
 use crate::format::content::{ContentSuite, FileHeader, FileId};
 use crate::format::layout::{Layout, HEADER_LEN};
-use crate::format::names::{self, StoredName};
+use crate::format::names::StoredName;
 use crate::format::reverse::ReverseKeys;
 use crate::Volume;
 use std::fs::File;
@@ -94,12 +94,6 @@ impl ReverseView {
             id,
             cipher: self.volume.content().file_cipher(id),
         }
-    }
-
-    /// Whether `backing` is a name the view could show for a plaintext entry (and not one of
-    /// cloakfs's own names).
-    pub fn is_entry_name(backing: &str) -> bool {
-        !matches!(names::classify(backing), names::EntryKind::Internal)
     }
 }
 
