@@ -369,3 +369,41 @@ fn reverse_bad_input_is_refused_in_one_line() {
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(!is_mounted(&r.view));
 }
+
+#[test]
+fn reverse_view_reports_what_it_cannot_show() {
+    let r = Reverse::new();
+    // A symlink target longer than a volume can hold (FORMAT section 10: 3000 bytes).
+    let far = format!("/{}", "d/".repeat(1600));
+    std::os::unix::fs::symlink(&far, r.plain.join("far")).unwrap();
+    let _view = r.mounted();
+    let stored = std::fs::read_dir(&r.view)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.symlink_metadata().is_err())
+        .expect("the too-long symlink is listed, and its lstat fails");
+    let err = stored.symlink_metadata().unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ENAMETOOLONG), "{err}");
+
+    // A plaintext file that shrinks while the view reads it: EIO, never a mix of sizes.
+    let big_view = std::fs::read_dir(&r.view)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.is_dir())
+        .unwrap();
+    let backing = std::fs::read_dir(&big_view)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .max_by_key(|p| p.metadata().unwrap().len())
+        .unwrap();
+    let mut f = std::fs::File::open(&backing).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(r.plain.join("sub/big.bin"))
+        .unwrap()
+        .set_len(100)
+        .unwrap();
+    let mut buf = Vec::new();
+    let err = std::io::Read::read_to_end(&mut f, &mut buf).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+}
