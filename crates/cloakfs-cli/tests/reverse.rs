@@ -281,12 +281,13 @@ fn reverse_config_elsewhere_with_config_flag() {
         &[
             &["init", "--reverse", "--passfile", s(&r.f.pass)],
             &CHEAP_KDF[..],
-            &["--config", s(&conf), s(&other)],
+            &["--long-name-max", "100", "--config", s(&conf), s(&other)],
         ]
         .concat(),
     );
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(conf.is_file());
+    let text = std::fs::read_to_string(&conf).unwrap();
+    assert!(text.contains(r#""long_name_max": "100""#), "{text}");
     assert!(!other.join(".cloakfs.reverse.conf").exists());
     let out = r.f.run(&[
         "reverse",

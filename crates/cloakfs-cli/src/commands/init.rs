@@ -68,11 +68,11 @@ pub fn run(args: InitArgs) -> Result<()> {
     params.content = args.cipher.as_deref().map_or(default_cipher, |c| {
         ContentSuite::from_name(c).expect("clap checked the name")
     });
+    params.strict_holes = args.strict_holes;
+    params.long_name_max = args.long_name_max;
     if args.reverse {
         return run_reverse(&args, params);
     }
-    params.strict_holes = args.strict_holes;
-    params.long_name_max = args.long_name_max;
     // Refuse before asking for a passphrase.
     precheck(&args.cipherdir)?;
     let pass = read_new_passphrase(&args.secret, "New passphrase: ")?;
