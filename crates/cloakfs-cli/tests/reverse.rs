@@ -408,3 +408,41 @@ fn reverse_view_reports_what_it_cannot_show() {
     let err = std::io::Read::read_to_end(&mut f, &mut buf).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
 }
+
+#[test]
+fn long_names_created_or_renamed_under_a_mounted_view() {
+    let r = Reverse::new();
+    let _view = r.mounted();
+    let long_entries = || -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(&r.view)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| {
+                let n = p.file_name().unwrap().to_str().unwrap();
+                n.starts_with("cloakfs.long.") && !n.ends_with(".name")
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let before = long_entries();
+    assert_eq!(before.len(), 1);
+    assert_eq!(std::fs::read(&before[0]).unwrap().len(), 18 + 12 + 28);
+
+    // A second long name appears after the view learned the directory's long names.
+    std::fs::write(r.plain.join("m".repeat(190)), "another\n").unwrap();
+    let after = long_entries();
+    assert_eq!(after.len(), 2);
+    for p in &after {
+        assert!(std::fs::metadata(p).unwrap().len() > 18, "{p:?}");
+    }
+    // The first one is renamed away: its old backing name is gone.
+    std::fs::rename(r.plain.join("l".repeat(200)), r.plain.join("short")).unwrap();
+    let gone = before[0].clone();
+    // The kernel may still hold the name, but the view no longer serves its bytes.
+    assert!(
+        std::fs::read(&gone).is_err(),
+        "a renamed long name still served"
+    );
+    assert_eq!(long_entries().len(), 1);
+}

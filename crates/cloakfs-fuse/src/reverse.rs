@@ -76,6 +76,10 @@ pub(crate) struct ReverseFs {
     /// The relative path of the reverse config if it lies inside the plaintext directory:
     /// never shown.
     hidden: Option<Vec<u8>>,
+    /// Per directory (relative path): each long backing name and the plaintext name behind
+    /// it, so that a lookup does not encrypt the whole directory again. Rebuilt on a miss
+    /// (the plaintext may have changed); at most [`LONG_NAME_DIRS`] directories are kept.
+    long_names: Mutex<HashMap<Vec<u8>, LongNames>>,
     nodes: Mutex<Nodes>,
     handles: Mutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
@@ -83,6 +87,13 @@ pub(crate) struct ReverseFs {
 }
 
 type Res<T> = Result<T, Errno>;
+
+/// How many directories' long names [`ReverseFs`] remembers (a backup walks one directory at a
+/// time, so a few suffice).
+const LONG_NAME_DIRS: usize = 64;
+
+/// The long backing names of one directory and the plaintext name behind each.
+type LongNames = HashMap<String, Vec<u8>>;
 
 fn core_errno(e: cloakfs_core::Error) -> Errno {
     Errno::from_i32(e.errno())
@@ -113,6 +124,7 @@ impl ReverseFs {
             root,
             config: config.into(),
             hidden,
+            long_names: Mutex::new(HashMap::new()),
             nodes: Mutex::new(nodes),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
@@ -240,18 +252,28 @@ impl ReverseFs {
 
     /// The plaintext name whose long stored name is `backing` in the directory at `dir`.
     fn long_name_owner(&self, dir: &[u8], backing: &str) -> Res<Vec<u8>> {
+        let cached = |m: &HashMap<Vec<u8>, LongNames>| {
+            m.get(dir).and_then(|names| names.get(backing)).cloned()
+        };
+        if let Some(plain) = cached(&self.long_names.lock().unwrap_or_else(|e| e.into_inner())) {
+            return Ok(plain);
+        }
+        let mut names = HashMap::new();
         for (name, _) in self.plain_names(dir)? {
             // Only names longer than this can be long: a cheap filter before encrypting.
             if name.len() < 16 {
                 continue;
             }
             if let Ok(StoredName::Long { backing: b, .. }) = self.view.stored_name(dir, &name) {
-                if b == backing {
-                    return Ok(name);
-                }
+                names.insert(b, name);
             }
         }
-        Err(Errno::ENOENT)
+        let mut all = self.long_names.lock().unwrap_or_else(|e| e.into_inner());
+        if all.len() >= LONG_NAME_DIRS {
+            all.clear();
+        }
+        all.insert(dir.to_vec(), names);
+        cached(&all).ok_or(Errno::ENOENT)
     }
 
     /// The node `name` of directory `dir` stands for.
