@@ -130,7 +130,8 @@ impl ReverseFile<'_> {
         let last = (to - 1) / cbs;
         let bs = layout.block_size() as usize;
         let over = layout.overhead() as usize;
-        let mut plain_buf = vec![0u8; bs];
+        // Wiped when dropped, on the error paths too.
+        let mut plain_buf = zeroize::Zeroizing::new(vec![0u8; bs]);
         let mut sealed = vec![0u8; bs + over];
         for n in first..=last {
             let blen = layout.block_len(n, plain_size) as usize;
@@ -151,7 +152,6 @@ impl ReverseFile<'_> {
             let hi = to.min(block_start + s.len() as u64) - block_start;
             out.extend_from_slice(&s[lo as usize..hi as usize]);
         }
-        zeroize::Zeroize::zeroize(&mut plain_buf);
         Ok(out)
     }
 }
