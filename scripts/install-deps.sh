@@ -13,6 +13,8 @@ pkgs+=(g++)
 # devices for simulated power cuts.
 # python3-fusepy: tests/crash/failfs.py, a backing store that fails with EIO on demand.
 pkgs+=(stress-ng dbench fio e2fsprogs mount python3-fusepy)
+# The reverse view's tests back it up with rsync and check that only changed files move.
+pkgs+=(rsync)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

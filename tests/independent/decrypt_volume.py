@@ -45,7 +45,7 @@ import sys
 from argon2.low_level import Type, hash_secret_raw
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM, AESSIV, ChaCha20Poly1305
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM, AESGCMSIV, AESSIV, ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 
@@ -213,7 +213,7 @@ class Config:
         self.volume = vol
         self.volume_id = unb64(field(vol, "volume_id", "volume"), "volume_id", 16)
         self.content_cipher = field(vol, "content_cipher", "volume")
-        if self.content_cipher not in ("aes-256-gcm", "xchacha20-poly1305"):
+        if self.content_cipher not in ("aes-256-gcm", "xchacha20-poly1305", "aes-256-gcm-siv"):
             raise VolumeError(f"damaged config: unknown content cipher {self.content_cipher!r}")
         if field(vol, "name_cipher", "volume") != "aes-256-siv":
             raise VolumeError("damaged config: unknown name cipher")
@@ -562,6 +562,8 @@ class Volume:
         self.k_metadata = sub(b"metadata", 32)
         if c.content_cipher == "aes-256-gcm":
             self.nonce_len, self.aead = 12, AESGCM
+        elif c.content_cipher == "aes-256-gcm-siv":
+            self.nonce_len, self.aead = 12, AESGCMSIV
         else:
             self.nonce_len, self.aead = 24, XChaCha20Poly1305
         self.overhead = self.nonce_len + 16
@@ -792,6 +794,11 @@ def self_test():
     assert got.hex() == (
         "606162636465666768696a6b992139100498b079da3c0b5f1fa694eca3b8fb81806055127fb15fce"
         "433d7683bd8023033240"), got.hex()
+    got = n + AESGCMSIV(fk).encrypt(n, plain, aad)
+    assert got.hex() == (
+        "606162636465666768696a6b2a9f9cdf191536108f4948aeb363d077715f0b42f2c07fc6aabf61a0a3"
+        "3b0cfd911692a18f0a"), got.hex()
+    self_test_reverse(mk, vid, plain)
     k_xn = hkdf(mk, vid, b"cloakfs v1 xattr-names", 64)
     k_meta = hkdf(mk, vid, b"cloakfs v1 metadata", 32)
     stored = "user." + b64(AESSIV(k_xn).encrypt(b"comment", [b"xattr"]))
@@ -803,6 +810,24 @@ def self_test():
         "ca43837b0428f7"), val.hex()
     self_test_slots(seq, mk)
     print("decrypt_volume: self-test passed")
+
+
+def self_test_reverse(mk: bytes, vid: bytes, plain: bytes) -> None:
+    """Section 17: a reverse view's derivations and the backing file of `sub/hello.txt`."""
+    k_rev = hkdf(mk, vid, b"cloakfs v1 reverse", 32)
+    assert k_rev.hex() == "f74451dd4b7cda858e0b00eb4b282952f84b8d8bc9df5c90e371d4bdb40a770c"
+    prf = lambda *parts: hmac.new(k_rev, b"".join(parts), hashlib.sha256).digest()  # noqa: E731
+    d = prf(b"dir\0", b"sub")[:16]
+    assert d.hex() == "90a0aeaf7de60b5cdd27e536c0f84619", d.hex()
+    f = prf(b"file\0", b"sub/hello.txt")[:16]
+    n = prf(b"nonce\0", f, struct.pack(">Q", 0))[:12]
+    fk = hkdf(hkdf(mk, vid, b"cloakfs v1 content", 32), None, b"cloakfs v1 file" + f, 32)
+    backing = struct.pack(">H", 1) + f + n + AESGCMSIV(fk).encrypt(n, plain, f + struct.pack(">Q", 0))
+    assert backing.hex() == (
+        "000191e4ff240190351119aca487e7b27b3b9b6877fcec8a679c446090870b3191194d772684b2e33e"
+        "77ea00ac19fb76d0e8ee0c6c4baccf31824f5171ea02e8e7ce7be9"), backing.hex()
+    name = b64(AESSIV(hkdf(mk, vid, b"cloakfs v1 names", 64)).encrypt(b"hello.txt", [d]))
+    assert name == "hv631nmLUYoHbYQt8R29MR0HULnJGipapg", name
 
 
 # Section 15.7: the share files and the config with one slot of each kind.

@@ -13,7 +13,7 @@ volume="$root/crates/cloakfs-core/tests/vectors/volume"
 decrypt="$here/decrypt_volume.py"
 pass="$here/passphrase.txt"
 
-probe='from cryptography.hazmat.primitives.ciphers.aead import AESGCM, AESSIV, ChaCha20Poly1305
+probe='from cryptography.hazmat.primitives.ciphers.aead import AESGCM, AESGCMSIV, AESSIV, ChaCha20Poly1305
 from argon2.low_level import hash_secret_raw
 import pyrage'
 if ! python3 -c "$probe" 2>/dev/null; then
@@ -186,5 +186,16 @@ expect_refused "short name moved into the long form" \
     "e=\$(basename $short_entry); h=\$(printf %s \$e | python3 -c 'import base64, hashlib, sys
 print(base64.urlsafe_b64encode(hashlib.sha256(sys.stdin.buffer.read()).digest()).decode().rstrip(\"=\"))')
      printf %s \$e >cloakfs.long.\$h.name && mv \$e cloakfs.long.\$h" --passfile "$real/pass"
+
+# 5. A copy of a reverse view (FORMAT.md section 17) is an ordinary volume: it decrypts to the
+# plaintext directory it showed.
+"$cloakfs" init --reverse --passfile "$real/pass" --kdf-memory 64 --kdf-iterations 1 \
+    --config "$real/reverse.conf" "$plain" >/dev/null
+"$cloakfs" reverse --passfile "$real/pass" --config "$real/reverse.conf" "$plain" "$mnt"
+cp -a "$mnt" "$real/reverse-copy"
+"$cloakfs" unmount "$mnt"
+python3 "$decrypt" --passfile "$real/pass" "$real/reverse-copy" "$real/reverse-out" >/dev/null
+diff -r --no-dereference "$plain" "$real/reverse-out"
+echo "run.sh: a copy of a reverse view decrypts to its plaintext directory"
 
 echo "run.sh: all checks passed"

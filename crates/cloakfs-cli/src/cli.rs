@@ -16,6 +16,9 @@ pub enum Command {
     Init(crate::commands::init::InitArgs),
     /// Unlock a volume and mount its plaintext view.
     Mount(crate::commands::mount::MountArgs),
+    /// Mount a read-only, deterministic encrypted view of a plaintext directory (for
+    /// backups; its copy mounts as an ordinary volume). Make its config with init --reverse.
+    Reverse(crate::commands::reverse::ReverseArgs),
     /// Unmount a plaintext view (flushes everything first).
     #[command(alias = "umount")]
     Unmount(crate::commands::unmount::UnmountArgs),

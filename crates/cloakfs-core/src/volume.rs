@@ -82,6 +82,36 @@ impl Volume {
         Self::from_master_key(config, &mk)
     }
 
+    /// Creates a volume whose config is the new file `config_file` (refused if it exists),
+    /// with one passphrase slot or, with `no_stored_key`, no stored key. For a reverse view,
+    /// whose plaintext directory is not empty.
+    pub fn create_config_file(
+        config_file: &Path,
+        params: VolumeParams,
+        pass: &Passphrase,
+        kdf: Argon2Params,
+        no_stored_key: bool,
+    ) -> Result<Self> {
+        kdf.validate()?;
+        if config_file.symlink_metadata().is_ok() {
+            return Err(Error::Io(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!("{} already exists", config_file.display()),
+            )));
+        }
+        let (config, mk) = if no_stored_key {
+            VolumeConfig::new_no_stored_key(params, pass, kdf, crate::crypto::random::array())?
+        } else {
+            let mk = MasterKey::generate();
+            let mut config = VolumeConfig::new(params);
+            config.add_passphrase_slot(&mk, pass, kdf, "", SlotRandomness::fresh())?;
+            config.seal(&mk);
+            (config, mk)
+        };
+        config.save(config_file)?;
+        Self::from_master_key(config, &mk)
+    }
+
     /// Unlocks the volume at `cipherdir` with a passphrase.
     pub fn unlock(cipherdir: &Path, pass: &Passphrase) -> Result<Self> {
         let config = VolumeConfig::load(cipherdir)?;

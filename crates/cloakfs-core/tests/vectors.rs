@@ -199,6 +199,15 @@ const EXPECTED: &[(&str, &str)] = &[
     ("symlink.long.backing", "cloakfs.symlink.jctorIge3Vdp9A3DVnGp8Fwf_NsJgW3tG1tsxQ6VONI"),
     ("symlink.long.file.sha256", "8dcb68ac881edd5769f40dc35671a9f05c1ffcdb09816ded1b5b6cc50e9538d2"),
     ("symlink.long.file.head", "909192939495969798999a9b586999a9392a2d1f94dc7d6123ba5da84e2d60eb16ff7f3cadd346a0b779aea8e1f37644"),
+    ("reverse.key", "f74451dd4b7cda858e0b00eb4b282952f84b8d8bc9df5c90e371d4bdb40a770c"),
+    ("reverse.dir.sub", "90a0aeaf7de60b5cdd27e536c0f84619"),
+    ("reverse.file.sub/hello.txt", "91e4ff240190351119aca487e7b27b3b"),
+    ("reverse.nonce.0", "9b6877fcec8a679c44609087"),
+    ("reverse.symlink.nonce", "bd0b5c3f38cffea9ff0b8360"),
+    ("reverse.symlink", "vQtcPzjP_qn_C4NgXqXc21F2ni9Jm7ZTDyL7xqRrULcCyduBBhPUPLA"),
+    ("reverse.name", "hv631nmLUYoHbYQt8R29MR0HULnJGipapg"),
+    ("reverse.backing", "000191e4ff240190351119aca487e7b27b3b9b6877fcec8a679c446090870b3191194d772684b2e33e77ea00ac19fb76d0e8ee0c6c4baccf31824f5171ea02e8e7ce7be9"),
+    ("block.partial.gcm-siv", "606162636465666768696a6b2a9f9cdf191536108f4948aeb363d077715f0b42f2c07fc6aabf61a0a33b0cfd911692a18f0a"),
 ];
 
 const EXPECTED_CANONICAL: &str = r#"cloakfs config v1
@@ -1284,4 +1293,87 @@ fn committed_volume_unlocks_and_reads() {
     }
     assert_eq!(got, want);
     assert_eq!(got, snapshot(&committed_plaintext()));
+}
+
+/// The AES-256-GCM-SIV suite and the derivations of a reverse view (FORMAT.md section 17),
+/// each also computed from the document's construction with the hkdf, hmac and aes-gcm-siv
+/// crates directly.
+#[test]
+fn reverse_view_vectors() {
+    use aes_gcm_siv::Aes256GcmSiv;
+    use cloakfs_core::format::reverse::ReverseKeys;
+
+    let mk = master_key();
+    let vid = volume_id();
+    let k_reverse: SecretBytes<32> = mk.subkey(&vid, label::REVERSE);
+    assert_eq!(
+        hkdf(mk.expose(), Some(&vid), b"cloakfs v1 reverse", 32),
+        k_reverse.expose()
+    );
+    let prf = |parts: &[&[u8]]| -> Vec<u8> {
+        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(k_reverse.expose()).unwrap();
+        for p in parts {
+            m.update(p);
+        }
+        m.finalize().into_bytes().to_vec()
+    };
+    let keys = ReverseKeys::new(&mk, &vid);
+    let dir = keys.dir_id(b"sub");
+    assert_eq!(dir.0[..], prf(&[b"dir\0", b"sub"])[..16]);
+    assert_eq!(keys.dir_id(b"").0, vid, "the root's ID is the volume ID");
+    let file = keys.file_id(b"sub/hello.txt");
+    assert_eq!(file.0[..], prf(&[b"file\0", b"sub/hello.txt"])[..16]);
+    let nonce0 = keys.block_nonce(&file, 0);
+    assert_eq!(
+        nonce0[..],
+        prf(&[b"nonce\0", &file.0, &0u64.to_be_bytes()])[..12]
+    );
+    let link_nonce = keys.symlink_nonce(b"link", SYMLINK_TARGET);
+    assert_eq!(
+        link_nonce[..],
+        prf(&[b"symlink\0", b"link", b"\0", SYMLINK_TARGET])[..12]
+    );
+
+    // The suite: AAD, per-file key and layout as every suite; the 12-byte nonce leads.
+    let partial = seal(ContentSuite::Aes256GcmSiv, 2, &gcm_nonce(), PARTIAL_PLAIN);
+    let content: SecretBytes<32> = mk.subkey(&vid, label::CONTENT);
+    let info = [b"cloakfs v1 file".as_slice(), &file_id().0].concat();
+    let file_key = hkdf(content.expose(), None, &info, 32);
+    let aad = [file_id().0.as_slice(), &2u64.to_be_bytes()].concat();
+    let mut body = PARTIAL_PLAIN.to_vec();
+    let tag = Aes256GcmSiv::new(file_key.as_slice().into())
+        .encrypt_in_place_detached(&gcm_nonce().into(), &aad, &mut body)
+        .unwrap();
+    assert_eq!(partial, [gcm_nonce().as_slice(), &body, &tag].concat());
+
+    // The view's backing file of `sub/hello.txt` holding the partial-block plaintext: header,
+    // then block 0 sealed under the derived nonce. A second derivation gives the same bytes.
+    let cipher = content_codec(ContentSuite::Aes256GcmSiv).file_cipher(file);
+    let mut block = vec![0u8; PARTIAL_PLAIN.len() + 28];
+    cipher
+        .seal_derived(0, &nonce0, PARTIAL_PLAIN, &mut block)
+        .unwrap();
+    let backing = [FileHeader { id: file }.to_bytes().as_slice(), &block].concat();
+    let mut again = vec![0u8; block.len()];
+    cipher
+        .seal_derived(0, &keys.block_nonce(&file, 0), PARTIAL_PLAIN, &mut again)
+        .unwrap();
+    assert_eq!(block, again);
+    let symlink = meta_codec()
+        .encrypt_symlink_with_nonce(&link_nonce, SYMLINK_TARGET)
+        .unwrap()
+        .backing_target();
+    let hello_in_sub = name_codec().encrypt(&dir, SHORT_NAME).unwrap();
+
+    check(&[
+        ("reverse.key", hex(k_reverse.expose())),
+        ("reverse.dir.sub", hex(&dir.0)),
+        ("reverse.file.sub/hello.txt", hex(&file.0)),
+        ("reverse.nonce.0", hex(&nonce0)),
+        ("reverse.symlink.nonce", hex(&link_nonce)),
+        ("reverse.symlink", symlink),
+        ("reverse.name", hello_in_sub.backing().to_string()),
+        ("reverse.backing", hex(&backing)),
+        ("block.partial.gcm-siv", hex(&partial)),
+    ]);
 }

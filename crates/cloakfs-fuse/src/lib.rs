@@ -15,6 +15,9 @@
 //! `fs`); `user.*` xattrs are encrypted (`xattr`); `attr` converts `stat`s and `sys` wraps the
 //! remaining system calls.
 //!
+//! The reverse view ([`mount_reverse`], `reverse`) is a separate, read-only file system: a
+//! plaintext directory shown as the cipher directory of a volume, encrypted deterministically.
+//!
 //! The multi-user tree ([`mount_tree`], `tree`) serves many cipher directories under one
 //! mount, one `fs::CloakFs` each, routing every request by its node number and running it
 //! with the caller's (or the attach owner's) file-system credentials (`creds`).
@@ -31,6 +34,7 @@ mod inode;
 mod ops;
 mod prune;
 mod readdir;
+mod reverse;
 mod sys;
 pub mod tree;
 mod tree_ops;
@@ -246,6 +250,58 @@ pub fn mount(
     let session = new_session(fs, mountpoint, &opts.session_config())?;
     let _ = notifier.set(session.notifier());
     Ok(Mounted {
+        session,
+        mountpoint: mountpoint.to_path_buf(),
+    })
+}
+
+/// A mounted reverse view, not yet served (see [`mount_reverse`]).
+pub struct MountedReverse {
+    session: fuser::Session<reverse::ReverseFs>,
+    /// Where it is mounted.
+    pub mountpoint: PathBuf,
+}
+
+impl std::fmt::Debug for MountedReverse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MountedReverse")
+            .field("mountpoint", &self.mountpoint)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MountedReverse {
+    /// Serves requests until the view is unmounted.
+    pub fn run(self) -> io::Result<()> {
+        serve(self.session, self.mountpoint)
+    }
+}
+
+/// Mounts the read-only reverse view of `plaindir` at `mountpoint`: every entry encrypted
+/// on the fly by `view`, `config` (the volume config's bytes) shown as the view's
+/// `cloakfs.conf`, and the plaintext entry at relative path `hidden` (the reverse config, if
+/// it lies inside `plaindir`) left out. `opts.read_only` is implied.
+pub fn mount_reverse(
+    view: cloakfs_core::io::reverse::ReverseView,
+    plaindir: &Path,
+    config: Vec<u8>,
+    hidden: Option<Vec<u8>>,
+    mountpoint: &Path,
+    opts: &MountOptions,
+) -> io::Result<MountedReverse> {
+    let root = rustix::fs::open(
+        plaindir,
+        rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", plaindir.display())))?;
+    let fs = reverse::ReverseFs::new(view, root, config, hidden, opts.cache_timeout);
+    let mut opts = opts.clone();
+    opts.read_only = true;
+    // The kernel checks access from the modes the view reports (those of the plaintext).
+    opts.default_permissions = true;
+    let session = new_session(fs, mountpoint, &opts.session_config())?;
+    Ok(MountedReverse {
         session,
         mountpoint: mountpoint.to_path_buf(),
     })

@@ -68,6 +68,16 @@ pub(crate) enum WriteCache {
 /// kept caches, and the write cache `cache` (the multi-user tree never takes the writeback
 /// cache: cached writes reach us from kernel threads with the wrong caller).
 pub(crate) fn negotiate(config: &mut KernelConfig, cache: WriteCache) {
+    negotiate_except(config, cache, InitFlags::empty());
+}
+
+/// The capabilities that make the kernel list directories with readdirplus.
+pub(crate) const READDIRPLUS: InitFlags =
+    InitFlags::FUSE_DO_READDIRPLUS.union(InitFlags::FUSE_READDIRPLUS_AUTO);
+
+/// [`negotiate`] without the capabilities in `except` (a file system that does not serve
+/// readdirplus, such as the reverse view, leaves out [`READDIRPLUS`]).
+pub(crate) fn negotiate_except(config: &mut KernelConfig, cache: WriteCache, except: InitFlags) {
     let mut want = InitFlags::FUSE_ASYNC_READ
         | InitFlags::FUSE_BIG_WRITES
         | InitFlags::FUSE_MAX_PAGES
@@ -75,8 +85,7 @@ pub(crate) fn negotiate(config: &mut KernelConfig, cache: WriteCache) {
         | InitFlags::FUSE_ATOMIC_O_TRUNC
         | InitFlags::FUSE_ASYNC_DIO
         | InitFlags::FUSE_CACHE_SYMLINKS
-        | InitFlags::FUSE_DO_READDIRPLUS
-        | InitFlags::FUSE_READDIRPLUS_AUTO
+        | READDIRPLUS
         // We clear setuid/setgid where the kernel tells us to (see `kill_suidgid`); the
         // backing file system drops security.capability on our own writes, truncates and
         // chowns. In return the kernel stops asking for security.capability before writes.
@@ -88,6 +97,7 @@ pub(crate) fn negotiate(config: &mut KernelConfig, cache: WriteCache) {
         // handles O_APPEND and mtime itself (and ignores AUTO_INVAL_DATA for files).
         WriteCache::Writeback => want |= InitFlags::FUSE_WRITEBACK_CACHE,
     }
+    want &= !except;
     let _ = config.add_capabilities(want & config.capabilities());
     if let Err(max) = config.set_max_write(MAX_WRITE) {
         let _ = config.set_max_write(max);

@@ -22,9 +22,18 @@ pub struct InitArgs {
     /// passphrase can then never be changed and no other key slot can be added.
     #[arg(long)]
     pub no_stored_key: bool,
-    /// Content cipher.
-    #[arg(long, default_value = "aes-256-gcm", value_parser = ["aes-256-gcm", "xchacha20-poly1305"])]
-    pub cipher: String,
+    /// Content cipher [default: aes-256-gcm; with --reverse: aes-256-gcm-siv, the only one
+    /// it takes].
+    #[arg(long, value_parser = ["aes-256-gcm", "xchacha20-poly1305", "aes-256-gcm-siv"])]
+    pub cipher: Option<String>,
+    /// Make the config of a reverse view of the plaintext directory DIR (read-only,
+    /// deterministic, for backups; see `cloakfs reverse`): written to
+    /// DIR/.cloakfs.reverse.conf, hidden from the view, or to --config FILE.
+    #[arg(long, conflicts_with_all = ["strict_holes"])]
+    pub reverse: bool,
+    /// With --reverse: where to write the config instead of DIR/.cloakfs.reverse.conf.
+    #[arg(long, value_name = "FILE", requires = "reverse")]
+    pub config: Option<PathBuf>,
     /// Treat all-zero blocks as tampering instead of holes (sparse files then take space).
     #[arg(long)]
     pub strict_holes: bool,
@@ -40,7 +49,7 @@ pub struct InitArgs {
     /// Argon2id iterations (skips calibration).
     #[arg(long, value_name = "N")]
     pub kdf_iterations: Option<u32>,
-    /// The directory that will hold the ciphertext.
+    /// The directory that will hold the ciphertext (with --reverse: the plaintext directory).
     pub cipherdir: PathBuf,
 }
 
@@ -51,22 +60,23 @@ pub fn run(args: InitArgs) -> Result<()> {
         )));
     }
     let mut params = VolumeParams::new();
-    params.content = ContentSuite::from_name(&args.cipher).expect("clap checked the name");
+    let default_cipher = if args.reverse {
+        ContentSuite::Aes256GcmSiv
+    } else {
+        ContentSuite::Aes256Gcm
+    };
+    params.content = args.cipher.as_deref().map_or(default_cipher, |c| {
+        ContentSuite::from_name(c).expect("clap checked the name")
+    });
     params.strict_holes = args.strict_holes;
     params.long_name_max = args.long_name_max;
+    if args.reverse {
+        return run_reverse(&args, params);
+    }
     // Refuse before asking for a passphrase.
     precheck(&args.cipherdir)?;
     let pass = read_new_passphrase(&args.secret, "New passphrase: ")?;
-    let kdf = match (args.kdf_memory, args.kdf_iterations) {
-        (None, None) => Argon2Params::calibrate(Duration::from_millis(args.kdf_time)),
-        (m, t) => Argon2Params {
-            memory_kib: m.unwrap_or(DEFAULT_MEMORY_KIB),
-            iterations: t.unwrap_or(3),
-            lanes: 1,
-        },
-    };
-    kdf.validate()
-        .map_err(|e| Failure::usage(format!("KDF parameters: {e}")))?;
+    let kdf = kdf_params(&args)?;
     let volume = if args.no_stored_key {
         Volume::create_no_stored_key(&args.cipherdir, params.clone(), &pass, kdf)?
     } else {
@@ -88,9 +98,83 @@ pub fn run(args: InitArgs) -> Result<()> {
              the whole key."
         );
     }
-    // Made here, so trusted here: whatever this machine remembered for the directory goes.
+    remember(&args.cipherdir, &params, &fp);
+    println!(
+        "Mount it with: cloakfs mount {} MOUNTPOINT",
+        args.cipherdir.display()
+    );
+    Ok(())
+}
+
+/// `init --reverse`: a config for the reverse view of the plaintext directory.
+fn run_reverse(args: &InitArgs, params: VolumeParams) -> Result<()> {
+    if params.content != ContentSuite::Aes256GcmSiv {
+        return Err(Failure::usage(
+            "a reverse view is sealed with derived nonces, which only aes-256-gcm-siv allows: \
+             leave out --cipher",
+        ));
+    }
+    let plaindir = &args.cipherdir;
+    if !plaindir.is_dir() {
+        return Err(Failure::usage(format!(
+            "{} is not a directory (a reverse view shows an existing plaintext directory)",
+            plaindir.display()
+        )));
+    }
+    let config_file = args
+        .config
+        .clone()
+        .unwrap_or_else(|| crate::commands::reverse::default_config(plaindir));
+    if config_file.symlink_metadata().is_ok() {
+        return Err(Failure::new(
+            crate::failure::code::VOLUME,
+            format!("{} already exists", config_file.display()),
+        ));
+    }
+    let pass = read_new_passphrase(&args.secret, "New passphrase: ")?;
+    let kdf = kdf_params(args)?;
+    let volume =
+        Volume::create_config_file(&config_file, params.clone(), &pass, kdf, args.no_stored_key)?;
+    let fp = volume.master_key().fingerprint(&params.volume_id);
+    println!(
+        "Created reverse config {} (aes-256-gcm-siv, deterministic, read-only view of {}).",
+        config_file.display(),
+        plaindir.display()
+    );
+    remember(&config_file, &params, &fp);
+    let config_opt = match &args.config {
+        Some(c) => format!(" --config {}", c.display()),
+        None => String::new(),
+    };
+    println!(
+        "Mount the encrypted view with: cloakfs reverse{config_opt} {} VIEW",
+        plaindir.display()
+    );
+    Ok(())
+}
+
+fn kdf_params(args: &InitArgs) -> Result<Argon2Params> {
+    let kdf = match (args.kdf_memory, args.kdf_iterations) {
+        (None, None) => Argon2Params::calibrate(Duration::from_millis(args.kdf_time)),
+        (m, t) => Argon2Params {
+            memory_kib: m.unwrap_or(DEFAULT_MEMORY_KIB),
+            iterations: t.unwrap_or(3),
+            lanes: 1,
+        },
+    };
+    kdf.validate()
+        .map_err(|e| Failure::usage(format!("KDF parameters: {e}")))?;
+    Ok(kdf)
+}
+
+/// Made here, so trusted here: whatever this machine remembered for the path goes.
+fn remember(
+    path: &std::path::Path,
+    params: &VolumeParams,
+    fp: &cloakfs_core::crypto::keys::KeyFingerprint,
+) {
     match KnownVolumes::for_this_user()
-        .and_then(|k| k.accept(&args.cipherdir, &params.volume_id, &fp).map(|_| k))
+        .and_then(|k| k.accept(path, &params.volume_id, fp).map(|_| k))
     {
         Ok(k) => println!(
             "Master-key fingerprint: {fp} (remembered on this machine in {}).",
@@ -101,11 +185,6 @@ pub fn run(args: InitArgs) -> Result<()> {
              master-key fingerprint is {fp}"
         ),
     }
-    println!(
-        "Mount it with: cloakfs mount {} MOUNTPOINT",
-        args.cipherdir.display()
-    );
-    Ok(())
 }
 
 fn precheck(dir: &std::path::Path) -> Result<()> {

@@ -12,6 +12,7 @@ pub mod mount;
 pub mod name;
 pub mod passwd;
 pub mod rekey;
+pub mod reverse;
 pub mod serve;
 pub mod slots;
 pub mod unmount;

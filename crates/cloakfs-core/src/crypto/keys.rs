@@ -29,6 +29,8 @@ pub mod label {
     pub const CONFIG_MAC: &str = "config-mac";
     /// Info prefix of a per-file key (followed by the 16-byte file ID).
     pub const FILE: &str = "file";
+    /// HMAC-SHA256 key of a reverse view's derived IDs and nonces (docs/FORMAT.md section 17).
+    pub const REVERSE: &str = "reverse";
     /// The master key's public fingerprint, which a machine remembers per volume (key pinning).
     pub const FINGERPRINT: &str = "key-fingerprint";
 }

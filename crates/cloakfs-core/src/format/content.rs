@@ -12,7 +12,9 @@
 //! copy of the plaintext into the output, and opening in place: [`FileCipher::open_within`]
 //! lets a read open its run of blocks inside the buffer it read them into. Its output is
 //! byte-identical to RustCrypto's `aes-gcm` (the docs/FORMAT.md vectors, and a unit test below).
-//! XChaCha20-Poly1305 is RustCrypto's `chacha20poly1305`. Nonces come straight from the OS RNG;
+//! XChaCha20-Poly1305 is RustCrypto's `chacha20poly1305`; AES-256-GCM-SIV (`gcm_siv`) is
+//! RustCrypto's `aes-gcm-siv`, the one suite that may also seal with derived nonces
+//! ([`FileCipher::seal_derived`], for reverse views). Nonces come straight from the OS RNG;
 //! a request that seals many blocks draws all their nonces in one call
 //! ([`FileCipher::fresh_nonces`]), since one getrandom(2) per block costs a third of the
 //! AES-GCM time. Measurements are in docs/PERFORMANCE.md.
@@ -25,6 +27,8 @@ use crate::error::{Error, Result};
 use crate::format::layout::{Layout, HEADER_LEN};
 use chacha20poly1305::aead::{AeadInPlace, KeyInit};
 use chacha20poly1305::XChaCha20Poly1305;
+
+mod gcm_siv;
 
 /// Version of the per-file header written by this build.
 pub const HEADER_VERSION: u16 = 1;
@@ -42,6 +46,9 @@ pub enum ContentSuite {
     Aes256Gcm,
     /// XChaCha20-Poly1305 with 192-bit random nonces.
     XChaCha20Poly1305,
+    /// AES-256-GCM-SIV (RFC 8452) with 96-bit nonces: random in a mount, derived in a reverse
+    /// view (it is nonce-misuse resistant).
+    Aes256GcmSiv,
 }
 
 impl ContentSuite {
@@ -50,6 +57,7 @@ impl ContentSuite {
         match self {
             ContentSuite::Aes256Gcm => "aes-256-gcm",
             ContentSuite::XChaCha20Poly1305 => "xchacha20-poly1305",
+            ContentSuite::Aes256GcmSiv => gcm_siv::NAME,
         }
     }
 
@@ -58,6 +66,7 @@ impl ContentSuite {
         match s {
             "aes-256-gcm" => Some(ContentSuite::Aes256Gcm),
             "xchacha20-poly1305" => Some(ContentSuite::XChaCha20Poly1305),
+            gcm_siv::NAME => Some(ContentSuite::Aes256GcmSiv),
             _ => None,
         }
     }
@@ -67,6 +76,7 @@ impl ContentSuite {
         match self {
             ContentSuite::Aes256Gcm => 12,
             ContentSuite::XChaCha20Poly1305 => 24,
+            ContentSuite::Aes256GcmSiv => gcm_siv::NONCE_LEN,
         }
     }
 
@@ -181,6 +191,7 @@ impl ContentCodec {
             ContentSuite::XChaCha20Poly1305 => Aead::XChaCha(LockedBox::new(|| {
                 XChaCha20Poly1305::new(key.expose().into())
             })),
+            ContentSuite::Aes256GcmSiv => Aead::GcmSiv(gcm_siv::GcmSivKey::new(key.expose())),
         };
         FileCipher {
             id,
@@ -199,6 +210,7 @@ impl ContentCodec {
 enum Aead {
     Gcm(GcmKey),
     XChaCha(LockedBox<XChaCha20Poly1305>),
+    GcmSiv(gcm_siv::GcmSivKey),
 }
 
 /// A nonce drawn from the operating system's RNG for exactly one seal.
@@ -299,6 +311,27 @@ impl FileCipher {
         self.seal_raw(block, nonce.as_bytes(), plain, out);
     }
 
+    /// Seals `plain` as block `block` into `out` with a nonce derived from the file ID and the
+    /// block number (a reverse view, docs/FORMAT.md section 17), so that the same plaintext
+    /// gives the same block. Refused unless the suite is nonce-misuse resistant
+    /// (AES-256-GCM-SIV): under AES-GCM or XChaCha20-Poly1305 a repeated nonce with different
+    /// plaintext would leak their XOR and the authentication key.
+    pub fn seal_derived(
+        &self,
+        block: u64,
+        nonce: &[u8; 12],
+        plain: &[u8],
+        out: &mut [u8],
+    ) -> Result<()> {
+        if !matches!(self.aead, Aead::GcmSiv(_)) {
+            return Err(Error::Refused(
+                "derived nonces need a nonce-misuse-resistant suite (aes-256-gcm-siv)".into(),
+            ));
+        }
+        self.seal_raw(block, nonce, plain, out);
+        Ok(())
+    }
+
     /// Seals with a caller-chosen nonce. Only for test vectors: reusing a nonce breaks the AEAD.
     pub fn seal_with_nonce(&self, block: u64, nonce: &[u8], plain: &[u8], out: &mut [u8]) {
         self.seal_raw(block, nonce, plain, out);
@@ -323,6 +356,7 @@ impl FileCipher {
                     .expect("block sizes are far below the AEAD length limits");
                 tag_out.copy_from_slice(&tag);
             }
+            Aead::GcmSiv(c) => tag_out.copy_from_slice(&c.seal_in_place(nonce, &aad, body)),
         }
     }
 
@@ -408,6 +442,12 @@ impl FileCipher {
                 c.decrypt_in_place_detached(nonce.into(), &aad, &mut in_out[..len], tag.into())
                     .map_err(drop)
             }
+            Aead::GcmSiv(c) => {
+                if src > 0 {
+                    in_out.copy_within(src.., 0);
+                }
+                c.open_in_place(nonce, &aad, &mut in_out[..len], tag)
+            }
         };
         // On failure the output may hold unauthenticated plaintext: never hand it out.
         ok.map_err(|()| {
@@ -422,13 +462,42 @@ mod tests {
     use super::*;
     use crate::crypto::keys::hkdf_expand;
 
+    const ALL_SUITES: [ContentSuite; 3] = [
+        ContentSuite::Aes256Gcm,
+        ContentSuite::XChaCha20Poly1305,
+        ContentSuite::Aes256GcmSiv,
+    ];
+
+    #[test]
+    fn derived_nonces_only_with_gcm_siv() {
+        let nonce = [9u8; 12];
+        let mut a = vec![0u8; 4 + 28];
+        let mut b = vec![0u8; 4 + 28];
+        for suite in [ContentSuite::Aes256Gcm, ContentSuite::XChaCha20Poly1305] {
+            let c = codec(suite, false).file_cipher(FileId([1; 16]));
+            let mut out = vec![0u8; 4 + suite.overhead() as usize];
+            assert!(c.seal_derived(0, &nonce, b"same", &mut out).is_err());
+        }
+        let c = codec(ContentSuite::Aes256GcmSiv, false).file_cipher(FileId([1; 16]));
+        c.seal_derived(0, &nonce, b"same", &mut a).unwrap();
+        c.seal_derived(0, &nonce, b"same", &mut b).unwrap();
+        assert_eq!(a, b, "deterministic");
+        let mut out = [0u8; 4];
+        c.open(0, &a, &mut out).unwrap();
+        assert_eq!(&out, b"same");
+        assert!(
+            c.open(1, &a, &mut out).is_err(),
+            "bound to the block number"
+        );
+    }
+
     fn codec(suite: ContentSuite, strict: bool) -> ContentCodec {
         ContentCodec::new(suite, 4096, strict, SecretBytes::from_slice(&[7u8; 32]))
     }
 
     #[test]
     fn open_within_moves_each_block_left_over_the_ones_before() {
-        for suite in [ContentSuite::Aes256Gcm, ContentSuite::XChaCha20Poly1305] {
+        for suite in ALL_SUITES {
             let c = codec(suite, false).file_cipher(FileId([2; 16]));
             let over = suite.overhead() as usize;
             let cbs = 4096 + over;
@@ -456,7 +525,7 @@ mod tests {
 
     #[test]
     fn seal_open_round_trip_both_suites() {
-        for suite in [ContentSuite::Aes256Gcm, ContentSuite::XChaCha20Poly1305] {
+        for suite in ALL_SUITES {
             let c = codec(suite, false).file_cipher(FileId([1; 16]));
             let plain = b"hello block";
             let mut sealed = vec![0u8; plain.len() + suite.overhead() as usize];
@@ -475,7 +544,7 @@ mod tests {
 
     #[test]
     fn batched_nonces_are_fresh_and_seal() {
-        for suite in [ContentSuite::Aes256Gcm, ContentSuite::XChaCha20Poly1305] {
+        for suite in ALL_SUITES {
             let c = codec(suite, false).file_cipher(FileId([1; 16]));
             assert!(c.fresh_nonces(0).is_empty());
             let nonces = c.fresh_nonces(64);

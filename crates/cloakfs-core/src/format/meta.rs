@@ -137,7 +137,8 @@ impl MetaCodec {
         self.seal_target(&crate::crypto::random::array(), target)
     }
 
-    /// Like [`MetaCodec::encrypt_symlink`] with a fixed nonce (test vectors only).
+    /// Like [`MetaCodec::encrypt_symlink`] with a given nonce (test vectors, and the reverse
+    /// view's derived nonces).
     pub fn encrypt_symlink_with_nonce(
         &self,
         nonce: &[u8; NONCE_LEN],

@@ -7,3 +7,4 @@ pub mod encoding;
 pub mod layout;
 pub mod meta;
 pub mod names;
+pub mod reverse;

@@ -3,5 +3,6 @@
 
 pub mod file;
 pub mod long_targets;
+pub mod reverse;
 pub(crate) mod stream;
 pub mod xattrs;
