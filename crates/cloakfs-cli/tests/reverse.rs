@@ -374,7 +374,8 @@ fn reverse_bad_input_is_refused_in_one_line() {
 #[test]
 fn reverse_view_reports_what_it_cannot_show() {
     let r = Reverse::new();
-    // A symlink target longer than a volume can hold (FORMAT section 10: 3000 bytes).
+    // A symlink target an ordinary volume stores apart (FORMAT 10.1: over 3000 bytes), which
+    // the view cannot show.
     let far = format!("/{}", "d/".repeat(1600));
     std::os::unix::fs::symlink(&far, r.plain.join("far")).unwrap();
     let _view = r.mounted();
