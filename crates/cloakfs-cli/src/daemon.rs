@@ -2,9 +2,11 @@
 //! fuse_daemonize does. Must be called before any thread is started.
 
 use crate::failure::{Failure, Result};
+use crate::logging;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
 
 /// Forks. Returns in the child (now a session leader with standard streams on /dev/null);
 /// the parent waits for the child's go-ahead and exits with status 0, or 4 if it died first.
@@ -86,4 +88,33 @@ pub fn ensure_std_streams() {
             }
         }
     }
+}
+
+/// Sends the log to `log_file` (appended) when one is given.
+pub fn log_to_file(log_file: Option<&Path>) -> Result<()> {
+    if let Some(path) = log_file {
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| Failure::other(format!("log file {}: {e}", path.display())))?;
+        logging::redirect(Some(f));
+    }
+    Ok(())
+}
+
+/// Once a mount is in place: the log goes to `log_file` if given; in the foreground the
+/// `ready` line is printed (requests wait in the kernel until the caller serves them),
+/// otherwise the process daemonizes and, without a log file, logs to syslog.
+pub fn serve_mounted(log_file: Option<&Path>, foreground: bool, ready: &str) -> Result<()> {
+    log_to_file(log_file)?;
+    if foreground {
+        println!("{ready}");
+    } else {
+        daemonize()?;
+        if log_file.is_none() {
+            logging::redirect(None);
+        }
+    }
+    Ok(())
 }

@@ -3,7 +3,6 @@
 use crate::args::UnlockArgs;
 use crate::daemon;
 use crate::failure::{code, Failure, Result};
-use crate::logging;
 use crate::mount_options;
 use clap::Args;
 use cloakfs_core::format::config::VolumeConfig;
@@ -85,23 +84,11 @@ pub fn run(args: MountArgs) -> Result<()> {
         .map_err(|e| Failure::mount(format!("cannot mount on {}: {e}", mountpoint.display())))?;
 
     let log_file = args.log_file.clone().or(o.log_file.clone());
-    if let Some(path) = &log_file {
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(|e| Failure::other(format!("log file {}: {e}", path.display())))?;
-        logging::redirect(Some(f));
-    }
-    if args.foreground || o.foreground {
-        // The mount is in place; requests wait in the kernel until the loop below serves them.
-        println!("Filesystem mounted and ready.");
-    } else {
-        daemon::daemonize()?;
-        if log_file.is_none() {
-            logging::redirect(None);
-        }
-    }
+    daemon::serve_mounted(
+        log_file.as_deref(),
+        args.foreground || o.foreground,
+        "Filesystem mounted and ready.",
+    )?;
     crate::signals::unmount_on_signal(mountpoint.clone());
     tracing::info!(
         "serving {} on {}",

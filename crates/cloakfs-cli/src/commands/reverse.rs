@@ -4,7 +4,6 @@
 use crate::args::UnlockArgs;
 use crate::daemon;
 use crate::failure::{code, Failure, Result};
-use crate::logging;
 use clap::Args;
 use cloakfs_core::format::config::VolumeConfig;
 use cloakfs_core::io::reverse::ReverseView;
@@ -103,22 +102,11 @@ pub fn run(args: ReverseArgs) -> Result<()> {
     }
     let mounted = cloakfs_fuse::mount_reverse(view, &plaindir, text, hidden, &view_dir, &mo)
         .map_err(|e| Failure::mount(format!("cannot mount on {}: {e}", view_dir.display())))?;
-    if let Some(path) = &args.log_file {
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(|e| Failure::other(format!("log file {}: {e}", path.display())))?;
-        logging::redirect(Some(f));
-    }
-    if args.foreground {
-        println!("Reverse view mounted and ready.");
-    } else {
-        daemon::daemonize()?;
-        if args.log_file.is_none() {
-            logging::redirect(None);
-        }
-    }
+    daemon::serve_mounted(
+        args.log_file.as_deref(),
+        args.foreground,
+        "Reverse view mounted and ready.",
+    )?;
     crate::signals::unmount_on_signal(view_dir.clone());
     tracing::info!("serving the reverse view on {}", view_dir.display());
     mounted

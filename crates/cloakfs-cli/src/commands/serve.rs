@@ -78,14 +78,7 @@ pub fn run(args: DaemonArgs) -> Result<()> {
             "/dev/fuse is missing: load the fuse kernel module (modprobe fuse)",
         ));
     }
-    if let Some(path) = &args.log_file {
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(|e| Failure::other(format!("log file {}: {e}", path.display())))?;
-        crate::logging::redirect(Some(f));
-    }
+    crate::daemon::log_to_file(args.log_file.as_deref())?;
     std::fs::create_dir_all(&args.root)
         .map_err(|e| Failure::mount(format!("tree root {}: {e}", args.root.display())))?;
     let root = std::fs::canonicalize(&args.root)?;
