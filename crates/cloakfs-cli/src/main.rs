@@ -18,9 +18,9 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 const SUBCOMMANDS: &[&str] = &[
-    "init", "mount", "reverse", "unmount", "umount", "info", "known", "passwd", "slots", "cat",
-    "name", "fsck", "export", "rekey", "daemon", "attach", "detach", "status", "authz", "auth",
-    "sessions", "revoke", "help",
+    "init", "mount", "reverse", "run", "unmount", "umount", "info", "known", "passwd", "slots", "cat", "name",
+    "fsck", "export", "rekey", "daemon", "attach", "detach", "status", "authz", "auth", "sessions",
+    "revoke", "help",
 ];
 
 /// mount(8) runs `mount.cloakfs CIPHERDIR MOUNTPOINT -o OPTS` and mount.fuse3 runs
@@ -67,6 +67,10 @@ fn main() -> ExitCode {
         Command::Init(a) => commands::init::run(a),
         Command::Mount(a) => commands::mount::run(a),
         Command::Reverse(a) => commands::reverse::run(a),
+        Command::Run(a) => match commands::run::run(a) {
+            Ok(status) => return ExitCode::from(status),
+            Err(f) => Err(f),
+        },
         Command::Unmount(a) => commands::unmount::run(a),
         Command::Info(a) => commands::info::run(a),
         Command::Known(a) => commands::known::run(a),
@@ -103,6 +107,7 @@ fn reads_secret(command: &Command) -> bool {
         Command::Init(_)
         | Command::Mount(_)
         | Command::Reverse(_)
+        | Command::Run(_)
         | Command::Passwd(_)
         | Command::Slots(_)
         | Command::Cat(_)

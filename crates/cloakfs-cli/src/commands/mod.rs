@@ -13,6 +13,7 @@ pub mod name;
 pub mod passwd;
 pub mod rekey;
 pub mod reverse;
+pub mod run;
 pub mod serve;
 pub mod slots;
 pub mod unmount;
