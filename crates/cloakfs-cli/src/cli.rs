@@ -34,6 +34,8 @@ pub enum Command {
     /// List, add or remove key slots.
     #[command(subcommand)]
     Slots(crate::commands::slots::SlotsCommand),
+    /// Make ~/.Private.enc (opened with your login password) and ~/Private for pam_cloakfs.
+    SetupPrivate(crate::commands::setup_private::SetupPrivateArgs),
     /// Decrypt one file to standard output, without mounting.
     Cat(crate::commands::cat::CatArgs),
     /// Translate names between plaintext and cipher directory, without mounting.

@@ -18,9 +18,31 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 const SUBCOMMANDS: &[&str] = &[
-    "init", "mount", "reverse", "run", "unmount", "umount", "info", "known", "passwd", "slots", "cat", "name",
-    "fsck", "export", "rekey", "daemon", "attach", "detach", "status", "authz", "auth", "sessions",
-    "revoke", "help",
+    "init",
+    "mount",
+    "reverse",
+    "run",
+    "unmount",
+    "umount",
+    "info",
+    "known",
+    "passwd",
+    "setup-private",
+    "slots",
+    "cat",
+    "name",
+    "fsck",
+    "export",
+    "rekey",
+    "daemon",
+    "attach",
+    "detach",
+    "status",
+    "authz",
+    "auth",
+    "sessions",
+    "revoke",
+    "help",
 ];
 
 /// mount(8) runs `mount.cloakfs CIPHERDIR MOUNTPOINT -o OPTS` and mount.fuse3 runs
@@ -75,6 +97,7 @@ fn main() -> ExitCode {
         Command::Info(a) => commands::info::run(a),
         Command::Known(a) => commands::known::run(a),
         Command::Passwd(a) => commands::passwd::run(a),
+        Command::SetupPrivate(a) => commands::setup_private::run(a),
         Command::Slots(a) => commands::slots::run(a),
         Command::Cat(a) => commands::cat::run(a),
         Command::Name(a) => commands::name::run(a),
@@ -108,6 +131,7 @@ fn reads_secret(command: &Command) -> bool {
         | Command::Mount(_)
         | Command::Reverse(_)
         | Command::Run(_)
+        | Command::SetupPrivate(_)
         | Command::Passwd(_)
         | Command::Slots(_)
         | Command::Cat(_)

@@ -15,5 +15,6 @@ pub mod rekey;
 pub mod reverse;
 pub mod run;
 pub mod serve;
+pub mod setup_private;
 pub mod slots;
 pub mod unmount;
