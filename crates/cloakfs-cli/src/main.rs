@@ -17,33 +17,14 @@ use cli::{Cli, Command};
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-const SUBCOMMANDS: &[&str] = &[
-    "init",
-    "mount",
-    "reverse",
-    "run",
-    "unmount",
-    "umount",
-    "info",
-    "known",
-    "passwd",
-    "setup-private",
-    "slots",
-    "cat",
-    "name",
-    "fsck",
-    "export",
-    "rekey",
-    "daemon",
-    "attach",
-    "detach",
-    "status",
-    "authz",
-    "auth",
-    "sessions",
-    "revoke",
-    "help",
-];
+/// Whether WORD names a command (or an alias, or `help`), as the clap definition says.
+fn is_command(word: &str) -> bool {
+    use clap::CommandFactory;
+    word == "help"
+        || Cli::command()
+            .get_subcommands()
+            .any(|c| c.get_name() == word || c.get_all_aliases().any(|a| a == word))
+}
 
 /// mount(8) runs `mount.cloakfs CIPHERDIR MOUNTPOINT -o OPTS` and mount.fuse3 runs
 /// `cloakfs CIPHERDIR MOUNTPOINT -o OPTS`: both mean `cloakfs mount ...`.
@@ -60,7 +41,7 @@ fn normalize_args(mut args: Vec<OsString>) -> Vec<OsString> {
     let first = args.get(1).map(|a| a.to_string_lossy().into_owned());
     let is_path_like = first
         .as_deref()
-        .is_some_and(|f| !f.starts_with('-') && !SUBCOMMANDS.contains(&f));
+        .is_some_and(|f| !f.starts_with('-') && !is_command(f));
     if as_mount_helper || is_path_like {
         args.insert(1, "mount".into());
     }
@@ -112,6 +93,8 @@ fn main() -> ExitCode {
         Command::Auth(a) => commands::authz::run_auth(a),
         Command::Sessions(a) => commands::authz::run_sessions(a),
         Command::Revoke(a) => commands::authz::run_revoke(a),
+        Command::Completions(a) => commands::docs::run_completions(a),
+        Command::ManPages(a) => commands::docs::run_man_pages(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -176,6 +159,18 @@ mod tests {
             normalize_args(v(&["cloakfs", "init", "/c"])),
             v(&["cloakfs", "init", "/c"])
         );
+        for cmd in [
+            "umount",
+            "completions",
+            "man-pages",
+            "help",
+            "setup-private",
+        ] {
+            assert_eq!(
+                normalize_args(v(&["cloakfs", cmd, "x"])),
+                v(&["cloakfs", cmd, "x"])
+            );
+        }
         assert_eq!(
             normalize_args(v(&["cloakfs", "--help"])),
             v(&["cloakfs", "--help"])

@@ -10,7 +10,25 @@ use cloakfs_fuse::MountOptions;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+const NOTES: &str = "\
+mount(8) and /etc/fstab: mount.fuse3 runs `cloakfs CIPHERDIR MOUNTPOINT -o OPTIONS`, which \
+cloakfs takes as `cloakfs mount` (the Debian package also installs /sbin/mount.fuse.cloakfs). \
+For example `mount -t fuse.cloakfs /srv/vault.enc /srv/vault -o passfile=/etc/cloakfs/vault.pass`, \
+or in /etc/fstab: `/srv/vault.enc /srv/vault fuse.cloakfs passfile=/etc/cloakfs/vault.pass,nofail,noexec 0 0`.
+
+-o takes: ro, rw, allow_other, allow_root, default_permissions, nonempty, fsname=NAME, \
+passfile=FILE, extpass=CMD, keyfile=FILE, identity=FILE, threads=N, cache_timeout=SECS, \
+log_file=FILE, foreground, bind=user|session, the kernel's nosuid, nodev, noexec, atime \
+options, sync, dirsync and lazytime, and ignores what belongs to mount(8) (defaults, auto, \
+noauto, user, users, _netdev, nofail, x-systemd.*).
+
+Key binding (--bind): with user, every request of another uid, root included and even with \
+allow_other, gets EACCES; with session, so does every request from a process outside the Unix \
+session that mounted. The check runs on each request before anything is decrypted. For a view \
+that only one process tree sees, use cloakfs-run(1).";
+
 #[derive(Debug, Args)]
+#[command(after_long_help = NOTES)]
 pub struct MountArgs {
     #[command(flatten)]
     pub unlock: UnlockArgs,
