@@ -133,7 +133,9 @@ fn reads_secret(command: &Command) -> bool {
         | Command::Detach(_)
         | Command::Status(_)
         | Command::Sessions(_)
-        | Command::Revoke(_) => false,
+        | Command::Revoke(_)
+        | Command::Completions(_)
+        | Command::ManPages(_) => false,
     }
 }
 
