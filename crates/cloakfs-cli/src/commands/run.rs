@@ -296,9 +296,15 @@ impl Command {
                 std::fs::write(format!("/proc/self/{file}"), text)
                     .map_err(|e| Failure::mount(format!("user namespace {file}: {e}")))
             };
-            write("setgroups", "deny".into())?;
-            write("uid_map", format!("{0} {0} 1", self.uid))?;
-            write("gid_map", format!("{0} {0} 1", self.gid))?;
+            // The process is hardened (not dumpable), and a non-dumpable process's maps belong
+            // to root: only for these writes is it dumpable, so that the user may write them.
+            // It execs COMMAND next, which drops its copy of the parent's memory.
+            set_dumpable(true);
+            let written = write("setgroups", "deny".into())
+                .and_then(|()| write("uid_map", format!("{0} {0} 1", self.uid)))
+                .and_then(|()| write("gid_map", format!("{0} {0} 1", self.gid)));
+            set_dumpable(false);
+            written?;
         }
         let mount = |src: *const libc::c_char, dst: &CString, flags, what: &str| {
             // SAFETY: mount(2) with valid C strings or null where mount(2) allows null
@@ -421,4 +427,14 @@ fn forward_signals(
                 unsafe { libc::kill(child as i32, sig) };
             }
         });
+}
+
+fn set_dumpable(on: bool) {
+    use rustix::process::{set_dumpable_behavior, DumpableBehavior};
+    // Setting one's own dumpable flag to 0 or 1 cannot fail.
+    let _ = set_dumpable_behavior(if on {
+        DumpableBehavior::Dumpable
+    } else {
+        DumpableBehavior::NotDumpable
+    });
 }
