@@ -26,9 +26,12 @@ fn is_command(word: &str) -> bool {
             .any(|c| c.get_name() == word || c.get_all_aliases().any(|a| a == word))
 }
 
-/// mount(8) runs `mount.cloakfs CIPHERDIR MOUNTPOINT -o OPTS` and mount.fuse3 runs
-/// `cloakfs CIPHERDIR MOUNTPOINT -o OPTS`: both mean `cloakfs mount ...`.
-fn normalize_args(mut args: Vec<OsString>) -> Vec<OsString> {
+/// mount(8) runs `mount.fuse.cloakfs CIPHERDIR MOUNTPOINT [-sfnv] [-o OPTS] [-t fuse.cloakfs]`
+/// (the package links that name to cloakfs) and mount.fuse3 runs `cloakfs CIPHERDIR
+/// MOUNTPOINT -o OPTS`: both mean `cloakfs mount ...`. Of mount(8)'s helper flags, -s
+/// (sloppy), -n (no mtab), -v (verbose) and -t (the type) change nothing for cloakfs; -f
+/// (fake) is refused.
+fn normalize_args(mut args: Vec<OsString>) -> Result<Vec<OsString>, failure::Failure> {
     let prog = args
         .first()
         .and_then(|a| {
@@ -42,16 +45,52 @@ fn normalize_args(mut args: Vec<OsString>) -> Vec<OsString> {
     let is_path_like = first
         .as_deref()
         .is_some_and(|f| !f.starts_with('-') && !is_command(f));
+    if as_mount_helper {
+        args = helper_args(args)?;
+    }
     if as_mount_helper || is_path_like {
         args.insert(1, "mount".into());
     }
-    args
+    Ok(args)
+}
+
+/// The arguments of a mount(8) helper run, without the flags that mean nothing to cloakfs.
+fn helper_args(args: Vec<OsString>) -> Result<Vec<OsString>, failure::Failure> {
+    let mut kept = Vec::with_capacity(args.len());
+    let mut it = args.into_iter();
+    kept.extend(it.next());
+    while let Some(arg) = it.next() {
+        let text = arg.to_string_lossy();
+        if text == "-t" || text == "-N" {
+            it.next();
+        } else if text.starts_with("-t") || text.starts_with("-N") {
+        } else if text.len() > 1
+            && text.starts_with('-')
+            && !text.starts_with("--")
+            && text[1..].chars().all(|c| "sfnv".contains(c))
+        {
+            if text.contains('f') {
+                return Err(failure::Failure::usage(
+                    "mount -f (fake) is not supported: cloakfs mounts for real or not at all",
+                ));
+            }
+        } else {
+            kept.push(arg);
+        }
+    }
+    Ok(kept)
 }
 
 fn main() -> ExitCode {
     daemon::ensure_std_streams();
     logging::init();
-    let args = normalize_args(std::env::args_os().collect());
+    let args = match normalize_args(std::env::args_os().collect()) {
+        Ok(a) => a,
+        Err(f) => {
+            eprintln!("cloakfs: {f}");
+            return ExitCode::from(f.code);
+        }
+    };
     let cli = match Cli::try_parse_from(args) {
         Ok(c) => c,
         Err(e) => {
@@ -150,15 +189,15 @@ mod tests {
     #[test]
     fn mount_helper_forms() {
         assert_eq!(
-            normalize_args(v(&["cloakfs", "/c", "/m", "-o", "ro"])),
+            normalize_args(v(&["cloakfs", "/c", "/m", "-o", "ro"])).unwrap(),
             v(&["cloakfs", "mount", "/c", "/m", "-o", "ro"])
         );
         assert_eq!(
-            normalize_args(v(&["/sbin/mount.cloakfs", "/c", "/m"])),
+            normalize_args(v(&["/sbin/mount.cloakfs", "/c", "/m"])).unwrap(),
             v(&["/sbin/mount.cloakfs", "mount", "/c", "/m"])
         );
         assert_eq!(
-            normalize_args(v(&["cloakfs", "init", "/c"])),
+            normalize_args(v(&["cloakfs", "init", "/c"])).unwrap(),
             v(&["cloakfs", "init", "/c"])
         );
         for cmd in [
@@ -169,13 +208,46 @@ mod tests {
             "setup-private",
         ] {
             assert_eq!(
-                normalize_args(v(&["cloakfs", cmd, "x"])),
+                normalize_args(v(&["cloakfs", cmd, "x"])).unwrap(),
                 v(&["cloakfs", cmd, "x"])
             );
         }
         assert_eq!(
-            normalize_args(v(&["cloakfs", "--help"])),
+            normalize_args(v(&["cloakfs", "--help"])).unwrap(),
             v(&["cloakfs", "--help"])
+        );
+    }
+
+    #[test]
+    fn mount_helper_flags_of_mount8() {
+        assert_eq!(
+            normalize_args(v(&[
+                "/sbin/mount.fuse.cloakfs",
+                "/c",
+                "/m",
+                "-sn",
+                "-v",
+                "-o",
+                "rw,passfile=/p",
+                "-t",
+                "fuse.cloakfs",
+            ]))
+            .unwrap(),
+            v(&[
+                "/sbin/mount.fuse.cloakfs",
+                "mount",
+                "/c",
+                "/m",
+                "-o",
+                "rw,passfile=/p"
+            ])
+        );
+        let fake = normalize_args(v(&["mount.cloakfs", "/c", "/m", "-fv"])).unwrap_err();
+        assert_eq!(fake.code, failure::code::USAGE);
+        // Outside the helper form, -f is --foreground.
+        assert_eq!(
+            normalize_args(v(&["cloakfs", "/c", "/m", "-f"])).unwrap(),
+            v(&["cloakfs", "mount", "/c", "/m", "-f"])
         );
     }
 }
