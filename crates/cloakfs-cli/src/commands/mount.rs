@@ -18,7 +18,7 @@ or in /etc/fstab: `/srv/vault.enc /srv/vault fuse.cloakfs passfile=/etc/cloakfs/
 
 -o takes: ro, rw, allow_other, allow_root, default_permissions, nonempty, fsname=NAME, \
 passfile=FILE, extpass=CMD, keyfile=FILE, identity=FILE, threads=N, cache_timeout=SECS, \
-log_file=FILE, foreground, bind=user|session, the kernel's nosuid, nodev, noexec, atime \
+log_file=FILE, foreground, writeback_cache, bind=user|session, the kernel's nosuid, nodev, noexec, atime \
 options, sync, dirsync and lazytime, and ignores what belongs to mount(8) (defaults, auto, \
 noauto, user, users, _netdev, nofail, x-systemd.*).
 
