@@ -7,6 +7,12 @@ pkgs=(fuse3 libfuse3-dev attr acl pkg-config python3 python3-pip)
 pkgs+=(softhsm2 gnupg age openssh-client)
 # Multi-user tests make real users and sessions (useradd, setpriv, setsid).
 pkgs+=(passwd util-linux)
+# Login tests: pam_cloakfs.so links libpam; it is driven by pamtester and by a real sshd with
+# password logins (sshpass); script(1) gives prompt tests a terminal.
+pkgs+=(libpam0g-dev pamtester openssh-server sshpass bsdutils)
+# The package test (tests/package/run.sh) builds the .deb with dpkg-deb, installs it with apt,
+# reads its man pages (man-db, groff) and loads its completions in bash, zsh and fish.
+pkgs+=(dpkg libpam-runtime man-db groff-base bash-completion zsh fish systemd)
 # Long fuzz runs (scripts/fuzz.sh) build libFuzzer, which is C++.
 pkgs+=(g++)
 # Reliability tests (tests/suites, tests/crash): third-party suites, and ext4 images on loop

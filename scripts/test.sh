@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every test: unit, property, real FUSE mounts, test vectors, independent decryptor.
+# Runs every test: unit, property, real FUSE mounts, real PAM logins, test vectors, independent
+# decryptor, and the Debian package installed and removed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -19,6 +20,8 @@ if [ "$(id -u)" = 0 ]; then
         python3 tests/crash/crash.py --runs 24 --power-runs 12
     fi
     tests/suites/run.sh
+    # Issue 26: the Debian package installed, used and removed in a private view.
+    tests/package/run.sh
 else
-    echo "test.sh: not root: crash tests and third-party suites skipped"
+    echo "test.sh: not root: crash tests, third-party suites and the package test skipped"
 fi

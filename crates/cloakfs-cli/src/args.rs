@@ -1,5 +1,5 @@
-//! Argument groups that several commands share: how to unlock a volume, and where a new
-//! passphrase comes from.
+//! Argument groups that several commands share: how to unlock a volume, where a new
+//! passphrase comes from, and whom a mount serves.
 
 use clap::Args;
 use std::path::PathBuf;
@@ -81,4 +81,25 @@ pub struct NewPassArgs {
     /// Run CMD with /bin/sh and use the first line it prints as the passphrase.
     #[arg(long, value_name = "CMD")]
     pub extpass: Option<String>,
+}
+
+/// Whom a mount serves (key binding, Cryptfs): `--bind user|session`, `-o bind=user|session`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BindTo {
+    /// Only the user who mounts: requests of every other uid, root included, get EACCES.
+    User,
+    /// Only that user's processes in the Unix session that mounts (see `ps -o sid`).
+    Session,
+}
+
+impl BindTo {
+    /// The binding of a mount made by this process now.
+    pub fn binding(self) -> crate::failure::Result<cloakfs_fuse::Binding> {
+        match self {
+            BindTo::User => Ok(cloakfs_fuse::Binding::this_user()),
+            BindTo::Session => cloakfs_fuse::Binding::this_session().map_err(|e| {
+                crate::failure::Failure::other(format!("cannot read the session ID: {e}"))
+            }),
+        }
+    }
 }

@@ -1,10 +1,43 @@
-//! Command-line definitions.
+//! Command-line definitions. The man pages and shell completions are generated from them
+//! (`cloakfs man-pages`, `cloakfs completions`).
 
 use clap::{Parser, Subcommand};
 
+/// The version, with the on-disk format versions this build reads.
+pub fn version_text() -> &'static str {
+    static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TEXT.get_or_init(|| {
+        use cloakfs_core::{format, slots, tools};
+        format!(
+            "{} (reads volume format {}, config layout {}, file header {}, key share {}, \
+             rekey journal {})",
+            env!("CARGO_PKG_VERSION"),
+            format::config::FORMAT_VERSION,
+            format::config::CONFIG_VERSION,
+            format::content::HEADER_VERSION,
+            slots::shamir::SHARE_VERSION,
+            tools::rekey::JOURNAL_VERSION
+        )
+    })
+}
+
+const OVERVIEW: &str = "\
+Point cloakfs at a directory (the cipher directory, on any file system) and it mounts a \
+plaintext view of it: only ciphertext, encrypted names and encrypted metadata reach the \
+cipher directory. `cloakfs COMMAND --help` and cloakfs-COMMAND(1) tell each command's options; \
+cloakfs(1) lists the exit codes.
+
+Secrets come from a prompt without echo, a passfile (--passfile FILE, \"-\" for standard input), \
+a program (--extpass CMD) or a key slot of another kind; never from a command-line argument. \
+Every error is one line on standard error, prefixed cloakfs:.";
+
 /// A transparent encrypting file system: a plaintext view of an encrypted directory.
 #[derive(Debug, Parser)]
-#[command(name = "cloakfs", version, about, long_about = None)]
+#[command(
+    name = "cloakfs",
+    version = version_text(),
+    after_long_help = OVERVIEW
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -19,6 +52,8 @@ pub enum Command {
     /// Mount a read-only, deterministic encrypted view of a plaintext directory (for
     /// backups; its copy mounts as an ordinary volume). Make its config with init --reverse.
     Reverse(crate::commands::reverse::ReverseArgs),
+    /// Run a command with the plaintext view that only it and its children see.
+    Run(crate::commands::run::RunArgs),
     /// Unmount a plaintext view (flushes everything first).
     #[command(alias = "umount")]
     Unmount(crate::commands::unmount::UnmountArgs),
@@ -32,6 +67,8 @@ pub enum Command {
     /// List, add or remove key slots.
     #[command(subcommand)]
     Slots(crate::commands::slots::SlotsCommand),
+    /// Make ~/.Private.enc (opened with your login password) and ~/Private for pam_cloakfs.
+    SetupPrivate(crate::commands::setup_private::SetupPrivateArgs),
     /// Decrypt one file to standard output, without mounting.
     Cat(crate::commands::cat::CatArgs),
     /// Translate names between plaintext and cipher directory, without mounting.
@@ -59,4 +96,9 @@ pub enum Command {
     Sessions(crate::commands::authz::SessionsArgs),
     /// End a session for good.
     Revoke(crate::commands::authz::RevokeArgs),
+    /// Print the completion script for SHELL (bash, zsh, fish, elvish, powershell).
+    Completions(crate::commands::docs::CompletionsArgs),
+    /// Write the man pages (cloakfs.1, cloakfs-mount.1, ...) into a directory.
+    #[command(hide = true)]
+    ManPages(crate::commands::docs::ManPagesArgs),
 }

@@ -1,4 +1,4 @@
-//! Failures and the exit codes they map to (documented in the README).
+//! Failures and the exit codes they map to (documented in cloakfs(1), from `MEANINGS`).
 
 use std::fmt;
 
@@ -23,6 +23,51 @@ pub mod code {
     /// The volume is mounted, locked by another cloakfs process, or in the middle of an
     /// interrupted rekey (finish it with `cloakfs rekey --resume` or `--rollback`).
     pub const BUSY: u8 = 8;
+    /// `rekey` stopped by SIGINT or SIGTERM.
+    pub const INTERRUPTED: u8 = 130;
+
+    /// Each exit code and what it means, for the EXIT STATUS section of cloakfs(1).
+    pub const MEANINGS: &[(u8, &str)] = &[
+        (0, "success"),
+        (
+            WRONG_SECRET,
+            "wrong passphrase, key, PIN, identity or share: no key slot accepts the secrets given",
+        ),
+        (
+            USAGE,
+            "bad command line or options (also: empty passphrase, no terminal to prompt on)",
+        ),
+        (
+            VOLUME,
+            "no volume, or its config is damaged, tampered with, of an unknown version, or it \
+             opens to another master key than this machine remembers (see cloakfs-known(1))",
+        ),
+        (
+            MOUNT,
+            "the mount failed (mount point missing or not empty, /dev/fuse or fusermount3 \
+             missing, kernel refusal)",
+        ),
+        (OTHER, "any other error (I/O, permissions)"),
+        (
+            PROBLEMS,
+            "fsck found problems it did not repair; export skipped unreadable entries; cat met \
+             a tampered block or a cut file",
+        ),
+        (
+            REPAIRED,
+            "fsck --repair repaired every problem it found (the volume is clean now)",
+        ),
+        (
+            BUSY,
+            "the volume is busy: mounted (for rekey, fsck --repair), locked by another cloakfs \
+             process, or in an unfinished rekey",
+        ),
+        (
+            INTERRUPTED,
+            "rekey stopped by SIGINT or SIGTERM (the volume is consistent: finish with --resume \
+             or --rollback)",
+        ),
+    ];
 }
 
 /// An error with the exit code it should produce. Shown as one line.

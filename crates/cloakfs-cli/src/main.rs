@@ -17,15 +17,21 @@ use cli::{Cli, Command};
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-const SUBCOMMANDS: &[&str] = &[
-    "init", "mount", "reverse", "unmount", "umount", "info", "known", "passwd", "slots", "cat",
-    "name", "fsck", "export", "rekey", "daemon", "attach", "detach", "status", "authz", "auth",
-    "sessions", "revoke", "help",
-];
+/// Whether WORD names a command (or an alias, or `help`), as the clap definition says.
+fn is_command(word: &str) -> bool {
+    use clap::CommandFactory;
+    word == "help"
+        || Cli::command()
+            .get_subcommands()
+            .any(|c| c.get_name() == word || c.get_all_aliases().any(|a| a == word))
+}
 
-/// mount(8) runs `mount.cloakfs CIPHERDIR MOUNTPOINT -o OPTS` and mount.fuse3 runs
-/// `cloakfs CIPHERDIR MOUNTPOINT -o OPTS`: both mean `cloakfs mount ...`.
-fn normalize_args(mut args: Vec<OsString>) -> Vec<OsString> {
+/// mount(8) runs `mount.fuse.cloakfs CIPHERDIR MOUNTPOINT [-sfnv] [-o OPTS] [-t fuse.cloakfs]`
+/// (the package links that name to cloakfs) and mount.fuse3 runs `cloakfs CIPHERDIR
+/// MOUNTPOINT -o OPTS`: both mean `cloakfs mount ...`. Of mount(8)'s helper flags, -s
+/// (sloppy), -n (no mtab), -v (verbose) and -t (the type) change nothing for cloakfs; -f
+/// (fake) is refused.
+fn normalize_args(mut args: Vec<OsString>) -> Result<Vec<OsString>, failure::Failure> {
     let prog = args
         .first()
         .and_then(|a| {
@@ -38,17 +44,53 @@ fn normalize_args(mut args: Vec<OsString>) -> Vec<OsString> {
     let first = args.get(1).map(|a| a.to_string_lossy().into_owned());
     let is_path_like = first
         .as_deref()
-        .is_some_and(|f| !f.starts_with('-') && !SUBCOMMANDS.contains(&f));
+        .is_some_and(|f| !f.starts_with('-') && !is_command(f));
+    if as_mount_helper {
+        args = helper_args(args)?;
+    }
     if as_mount_helper || is_path_like {
         args.insert(1, "mount".into());
     }
-    args
+    Ok(args)
+}
+
+/// The arguments of a mount(8) helper run, without the flags that mean nothing to cloakfs.
+fn helper_args(args: Vec<OsString>) -> Result<Vec<OsString>, failure::Failure> {
+    let mut kept = Vec::with_capacity(args.len());
+    let mut it = args.into_iter();
+    kept.extend(it.next());
+    while let Some(arg) = it.next() {
+        let text = arg.to_string_lossy();
+        if text == "-t" || text == "-N" {
+            it.next();
+        } else if text.starts_with("-t") || text.starts_with("-N") {
+        } else if text.len() > 1
+            && text.starts_with('-')
+            && !text.starts_with("--")
+            && text[1..].chars().all(|c| "sfnv".contains(c))
+        {
+            if text.contains('f') {
+                return Err(failure::Failure::usage(
+                    "mount -f (fake) is not supported: cloakfs mounts for real or not at all",
+                ));
+            }
+        } else {
+            kept.push(arg);
+        }
+    }
+    Ok(kept)
 }
 
 fn main() -> ExitCode {
     daemon::ensure_std_streams();
     logging::init();
-    let args = normalize_args(std::env::args_os().collect());
+    let args = match normalize_args(std::env::args_os().collect()) {
+        Ok(a) => a,
+        Err(f) => {
+            eprintln!("cloakfs: {f}");
+            return ExitCode::from(f.code);
+        }
+    };
     let cli = match Cli::try_parse_from(args) {
         Ok(c) => c,
         Err(e) => {
@@ -67,10 +109,15 @@ fn main() -> ExitCode {
         Command::Init(a) => commands::init::run(a),
         Command::Mount(a) => commands::mount::run(a),
         Command::Reverse(a) => commands::reverse::run(a),
+        Command::Run(a) => match commands::run::run(a) {
+            Ok(status) => return ExitCode::from(status),
+            Err(f) => Err(f),
+        },
         Command::Unmount(a) => commands::unmount::run(a),
         Command::Info(a) => commands::info::run(a),
         Command::Known(a) => commands::known::run(a),
         Command::Passwd(a) => commands::passwd::run(a),
+        Command::SetupPrivate(a) => commands::setup_private::run(a),
         Command::Slots(a) => commands::slots::run(a),
         Command::Cat(a) => commands::cat::run(a),
         Command::Name(a) => commands::name::run(a),
@@ -85,6 +132,8 @@ fn main() -> ExitCode {
         Command::Auth(a) => commands::authz::run_auth(a),
         Command::Sessions(a) => commands::authz::run_sessions(a),
         Command::Revoke(a) => commands::authz::run_revoke(a),
+        Command::Completions(a) => commands::docs::run_completions(a),
+        Command::ManPages(a) => commands::docs::run_man_pages(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -103,6 +152,8 @@ fn reads_secret(command: &Command) -> bool {
         Command::Init(_)
         | Command::Mount(_)
         | Command::Reverse(_)
+        | Command::Run(_)
+        | Command::SetupPrivate(_)
         | Command::Passwd(_)
         | Command::Slots(_)
         | Command::Cat(_)
@@ -121,7 +172,9 @@ fn reads_secret(command: &Command) -> bool {
         | Command::Detach(_)
         | Command::Status(_)
         | Command::Sessions(_)
-        | Command::Revoke(_) => false,
+        | Command::Revoke(_)
+        | Command::Completions(_)
+        | Command::ManPages(_) => false,
     }
 }
 
@@ -136,20 +189,65 @@ mod tests {
     #[test]
     fn mount_helper_forms() {
         assert_eq!(
-            normalize_args(v(&["cloakfs", "/c", "/m", "-o", "ro"])),
+            normalize_args(v(&["cloakfs", "/c", "/m", "-o", "ro"])).unwrap(),
             v(&["cloakfs", "mount", "/c", "/m", "-o", "ro"])
         );
         assert_eq!(
-            normalize_args(v(&["/sbin/mount.cloakfs", "/c", "/m"])),
+            normalize_args(v(&["/sbin/mount.cloakfs", "/c", "/m"])).unwrap(),
             v(&["/sbin/mount.cloakfs", "mount", "/c", "/m"])
         );
         assert_eq!(
-            normalize_args(v(&["cloakfs", "init", "/c"])),
+            normalize_args(v(&["cloakfs", "init", "/c"])).unwrap(),
             v(&["cloakfs", "init", "/c"])
         );
+        for cmd in [
+            "umount",
+            "completions",
+            "man-pages",
+            "help",
+            "setup-private",
+        ] {
+            assert_eq!(
+                normalize_args(v(&["cloakfs", cmd, "x"])).unwrap(),
+                v(&["cloakfs", cmd, "x"])
+            );
+        }
         assert_eq!(
-            normalize_args(v(&["cloakfs", "--help"])),
+            normalize_args(v(&["cloakfs", "--help"])).unwrap(),
             v(&["cloakfs", "--help"])
+        );
+    }
+
+    #[test]
+    fn mount_helper_flags_of_mount8() {
+        assert_eq!(
+            normalize_args(v(&[
+                "/sbin/mount.fuse.cloakfs",
+                "/c",
+                "/m",
+                "-sn",
+                "-v",
+                "-o",
+                "rw,passfile=/p",
+                "-t",
+                "fuse.cloakfs",
+            ]))
+            .unwrap(),
+            v(&[
+                "/sbin/mount.fuse.cloakfs",
+                "mount",
+                "/c",
+                "/m",
+                "-o",
+                "rw,passfile=/p"
+            ])
+        );
+        let fake = normalize_args(v(&["mount.cloakfs", "/c", "/m", "-fv"])).unwrap_err();
+        assert_eq!(fake.code, failure::code::USAGE);
+        // Outside the helper form, -f is --foreground.
+        assert_eq!(
+            normalize_args(v(&["cloakfs", "/c", "/m", "-f"])).unwrap(),
+            v(&["cloakfs", "mount", "/c", "/m", "-f"])
         );
     }
 }

@@ -1,6 +1,7 @@
 //! Parsing of `-o` mount options, as given on the command line, by mount(8)/mount.fuse3 and
 //! in /etc/fstab. Options that only mean something to mount(8) are accepted and ignored.
 
+use crate::args::BindTo;
 use crate::failure::{Failure, Result};
 use std::path::PathBuf;
 
@@ -51,6 +52,7 @@ pub struct ParsedOptions {
     pub log_file: Option<PathBuf>,
     pub foreground: bool,
     pub writeback_cache: bool,
+    pub bind: Option<BindTo>,
 }
 
 /// Parses every `-o` argument (each a comma-separated list).
@@ -84,6 +86,13 @@ pub fn parse(args: &[String]) -> Result<ParsedOptions> {
             "log_file" => p.log_file = Some(need(value)?.into()),
             "foreground" => p.foreground = true,
             "writeback_cache" => p.writeback_cache = true,
+            "bind" => {
+                p.bind = Some(match need(value)?.as_str() {
+                    "user" => BindTo::User,
+                    "session" => BindTo::Session,
+                    _ => return Err(Failure::usage("bind must be user or session")),
+                })
+            }
             "threads" => {
                 p.threads = Some(
                     need(value)?
@@ -141,6 +150,10 @@ mod tests {
         assert_eq!(p.threads, Some(4));
         assert_eq!(p.cache_timeout, Some(2.5));
         assert_eq!(p.fsname.as_deref(), Some("x"));
+        assert_eq!(
+            parse(&["bind=session".into()]).unwrap().bind,
+            Some(BindTo::Session)
+        );
     }
 
     #[test]
@@ -149,5 +162,7 @@ mod tests {
         assert!(parse(&["passfile".into()]).is_err());
         assert!(parse(&["threads=0".into()]).is_err());
         assert!(parse(&["noexec=1".into()]).is_err());
+        assert!(parse(&["bind=everyone".into()]).is_err());
+        assert!(parse(&["bind".into()]).is_err());
     }
 }

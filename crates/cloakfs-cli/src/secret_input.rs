@@ -167,6 +167,40 @@ fn from_terminal(prompt: &str, confirm: Confirm) -> Result<Zeroizing<Vec<u8>>> {
         if *first != *again {
             return Err(Failure::usage("the passphrases do not match"));
         }
+        if let Some(w) = weakness(&first) {
+            eprintln!("cloakfs: warning: {w}");
+        }
     }
     Ok(Zeroizing::new(first.as_bytes().to_vec()))
+}
+
+/// Why a new passphrase is weak, by zxcvbn's estimate (None: strong enough). Only a warning:
+/// the owner decides, and a KDF slows every guess down.
+pub fn weakness(pass: &str) -> Option<String> {
+    let estimate = zxcvbn::zxcvbn(pass, &[]);
+    let score = u8::from(estimate.score());
+    if score >= 3 {
+        return None;
+    }
+    let why = estimate
+        .feedback()
+        .and_then(|f| f.warning())
+        .map(|w| format!(": {}", w.to_string().trim_end_matches('.')))
+        .unwrap_or_default();
+    Some(format!(
+        "this passphrase is weak (strength {score} of 4{why}); a longer one, e.g. several \
+         random words, resists guessing far better"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::weakness;
+
+    #[test]
+    fn weak_and_strong() {
+        assert!(weakness("password1").is_some());
+        assert!(weakness("qwerty").unwrap().contains("strength 0 of 4"));
+        assert!(weakness("correct horse battery staple meadow").is_none());
+    }
 }

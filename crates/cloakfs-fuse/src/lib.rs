@@ -23,6 +23,7 @@
 //! with the caller's (or the attach owner's) file-system credentials (`creds`).
 
 mod attr;
+mod binding;
 mod creds;
 mod dir;
 mod dirids;
@@ -40,6 +41,7 @@ pub mod tree;
 mod tree_ops;
 mod xattr;
 
+pub use binding::Binding;
 pub use creds::{CredGuard, Creds};
 pub use tree::{
     mount_tree, Access, AttachId, AttachSpec, Caller, Gate, MountedTree, Need, TreeHandle, Verdict,
@@ -82,6 +84,8 @@ pub struct MountOptions {
     /// I/O error, a file grown past its largest size) then reaches the writer only at fsync
     /// and close, and the data of a write that failed is gone.
     pub writeback_cache: bool,
+    /// Whom the mount serves (`--bind`); None: whoever the kernel lets in.
+    pub binding: Option<Binding>,
 }
 
 impl MountOptions {
@@ -97,6 +101,7 @@ impl MountOptions {
             threads: 8,
             cache_timeout: DEFAULT_CACHE_TIMEOUT,
             writeback_cache: false,
+            binding: None,
         }
     }
 
@@ -211,7 +216,7 @@ fn kernel_option(o: &str) -> KernelOption {
 /// Dropping it without calling [`Mounted::run`] unmounts. A parent process that forked off
 /// the daemon must leave with `_exit` (no destructors), or the mount goes with it.
 pub struct Mounted {
-    session: fuser::Session<fs::CloakFs>,
+    session: fuser::Session<binding::Bound<fs::CloakFs>>,
     /// Where it is mounted.
     pub mountpoint: PathBuf,
 }
@@ -247,6 +252,7 @@ pub fn mount(
         notifier.clone(),
     )?;
     fs.writeback_cache = opts.writeback_cache;
+    let fs = binding::Bound::new(fs, opts.binding);
     let session = new_session(fs, mountpoint, &opts.session_config())?;
     let _ = notifier.set(session.notifier());
     Ok(Mounted {
@@ -322,6 +328,10 @@ fn new_session<FS: fuser::Filesystem>(
                 " (/dev/fuse is missing: load the fuse module)"
             }
             io::ErrorKind::NotFound => " (is fusermount3 installed?)",
+            io::ErrorKind::PermissionDenied if !dev_fuse_open_to_us() => {
+                " (/dev/fuse is not open to this user: without udev's rule giving it mode \
+                 0666, only root can mount FUSE file systems)"
+            }
             io::ErrorKind::PermissionDenied => {
                 " (allow_other needs user_allow_other in /etc/fuse.conf)"
             }
@@ -342,6 +352,15 @@ fn new_session<FS: fuser::Filesystem>(
         );
     }
     Ok(session)
+}
+
+/// Whether this process may open /dev/fuse (which fusermount3 opens as its caller).
+fn dev_fuse_open_to_us() -> bool {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .is_ok()
 }
 
 impl Mounted {

@@ -5,6 +5,7 @@ use crate::failure::{Failure, Result};
 use crate::secret_input::read_new_passphrase;
 use clap::Args;
 use cloakfs_core::crypto::kdf::{Argon2Params, DEFAULT_MEMORY_KIB};
+use cloakfs_core::crypto::secret::Passphrase;
 use cloakfs_core::format::config::VolumeParams;
 use cloakfs_core::format::content::ContentSuite;
 use cloakfs_core::format::names::{LONG_NAME_MAX_DEFAULT, LONG_NAME_MAX_MIN};
@@ -54,11 +55,26 @@ pub struct InitArgs {
 }
 
 pub fn run(args: InitArgs) -> Result<()> {
+    check_options(&args)?;
+    if args.reverse {
+        return run_reverse(&args, volume_params(&args));
+    }
+    // Refuse before asking for a passphrase.
+    precheck(&args.cipherdir)?;
+    let pass = read_new_passphrase(&args.secret, "New passphrase: ")?;
+    create(&args, &pass)
+}
+
+fn check_options(args: &InitArgs) -> Result<()> {
     if !(LONG_NAME_MAX_MIN..=LONG_NAME_MAX_DEFAULT).contains(&args.long_name_max) {
         return Err(Failure::usage(format!(
             "--long-name-max must be {LONG_NAME_MAX_MIN}..{LONG_NAME_MAX_DEFAULT}"
         )));
     }
+    Ok(())
+}
+
+fn volume_params(args: &InitArgs) -> VolumeParams {
     let mut params = VolumeParams::new();
     let default_cipher = if args.reverse {
         ContentSuite::Aes256GcmSiv
@@ -70,17 +86,19 @@ pub fn run(args: InitArgs) -> Result<()> {
     });
     params.strict_holes = args.strict_holes;
     params.long_name_max = args.long_name_max;
-    if args.reverse {
-        return run_reverse(&args, params);
-    }
-    // Refuse before asking for a passphrase.
-    precheck(&args.cipherdir)?;
-    let pass = read_new_passphrase(&args.secret, "New passphrase: ")?;
-    let kdf = kdf_params(&args)?;
+    params
+}
+
+/// Creates the volume `args` describe with passphrase `pass` (the directory was checked
+/// with [`precheck`]), remembers it on this machine, and says so.
+pub fn create(args: &InitArgs, pass: &Passphrase) -> Result<()> {
+    check_options(args)?;
+    let params = volume_params(args);
+    let kdf = kdf_params(args)?;
     let volume = if args.no_stored_key {
-        Volume::create_no_stored_key(&args.cipherdir, params.clone(), &pass, kdf)?
+        Volume::create_no_stored_key(&args.cipherdir, params.clone(), pass, kdf)?
     } else {
-        Volume::create(&args.cipherdir, params.clone(), &pass, kdf)?
+        Volume::create(&args.cipherdir, params.clone(), pass, kdf)?
     };
     let fp = volume.master_key().fingerprint(&params.volume_id);
     println!(
@@ -187,7 +205,8 @@ fn remember(
     }
 }
 
-fn precheck(dir: &std::path::Path) -> Result<()> {
+/// Refuses a directory that holds a volume already, or anything else.
+pub fn precheck(dir: &std::path::Path) -> Result<()> {
     if dir.join(cloakfs_core::format::config::CONFIG_FILE).exists() {
         return Err(Failure::new(
             crate::failure::code::VOLUME,

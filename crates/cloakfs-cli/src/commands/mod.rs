@@ -3,6 +3,7 @@
 pub mod attach;
 pub mod authz;
 pub mod cat;
+pub mod docs;
 pub mod export;
 pub mod fsck;
 pub mod info;
@@ -13,6 +14,8 @@ pub mod name;
 pub mod passwd;
 pub mod rekey;
 pub mod reverse;
+pub mod run;
 pub mod serve;
+pub mod setup_private;
 pub mod slots;
 pub mod unmount;

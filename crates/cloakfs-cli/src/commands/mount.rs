@@ -1,16 +1,34 @@
 //! `cloakfs mount` (and the `cloakfs CIPHERDIR MOUNTPOINT -o ...` form that mount.fuse3 runs).
 
-use crate::args::UnlockArgs;
+use crate::args::{BindTo, UnlockArgs};
 use crate::daemon;
 use crate::failure::{code, Failure, Result};
-use crate::mount_options;
+use crate::mount_options::{self, ParsedOptions};
 use clap::Args;
 use cloakfs_core::format::config::VolumeConfig;
 use cloakfs_fuse::MountOptions;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+const NOTES: &str = "\
+mount(8) and /etc/fstab: mount.fuse3 runs `cloakfs CIPHERDIR MOUNTPOINT -o OPTIONS`, which \
+cloakfs takes as `cloakfs mount` (the Debian package also installs /sbin/mount.fuse.cloakfs). \
+For example `mount -t fuse.cloakfs /srv/vault.enc /srv/vault -o passfile=/etc/cloakfs/vault.pass`, \
+or in /etc/fstab: `/srv/vault.enc /srv/vault fuse.cloakfs passfile=/etc/cloakfs/vault.pass,nofail,noexec 0 0`.
+
+-o takes: ro, rw, allow_other, allow_root, default_permissions, nonempty, fsname=NAME, \
+passfile=FILE, extpass=CMD, keyfile=FILE, identity=FILE, threads=N, cache_timeout=SECS, \
+log_file=FILE, foreground, writeback_cache, bind=user|session, the kernel's nosuid, nodev, noexec, atime \
+options, sync, dirsync and lazytime, and ignores what belongs to mount(8) (defaults, auto, \
+noauto, user, users, _netdev, nofail, x-systemd.*).
+
+Key binding (--bind): with user, every request of another uid, root included and even with \
+allow_other, gets EACCES; with session, so does every request from a process outside the Unix \
+session that mounted. The check runs on each request before anything is decrypted. For a view \
+that only one process tree sees, use cloakfs-run(1).";
+
 #[derive(Debug, Args)]
+#[command(after_long_help = NOTES)]
 pub struct MountArgs {
     #[command(flatten)]
     pub unlock: UnlockArgs,
@@ -28,6 +46,10 @@ pub struct MountArgs {
     /// if another machine or a sync client writes to it while it is mounted.
     #[arg(long, value_name = "SECS")]
     pub cache_timeout: Option<f64>,
+    /// Serve only the user who mounts, or only their processes in this Unix session: every
+    /// other request gets EACCES before anything is decrypted (also `-o bind=user|session`).
+    #[arg(long, value_name = "WHOM")]
+    pub bind: Option<BindTo>,
     /// Append the daemon's log to FILE (default: syslog when daemonized).
     #[arg(long, value_name = "FILE")]
     pub log_file: Option<PathBuf>,
@@ -39,47 +61,12 @@ pub struct MountArgs {
 
 pub fn run(args: MountArgs) -> Result<()> {
     let o = mount_options::parse(&args.options)?;
-    let cipherdir = absolute_dir(&args.cipherdir, "cipher directory")?;
-    let mountpoint = absolute_dir(&args.mountpoint, "mount point")?;
-    // Fail on everything checkable before asking for the passphrase.
-    VolumeConfig::load(&cipherdir)?;
-    cloakfs_core::tools::rekey::check_not_rekeying(&cipherdir)?;
-    if mountpoint.starts_with(&cipherdir) {
-        return Err(Failure::usage(
-            "the mount point may not lie inside the cipher directory",
-        ));
-    }
-    if !o.nonempty && dir_has_entries(&mountpoint)? {
-        return Err(Failure::mount(format!(
-            "mount point {} is not empty (use -o nonempty to mount over it anyway)",
-            mountpoint.display()
-        )));
-    }
-    check_fuse_available()?;
+    let (cipherdir, mountpoint) = check_before_unlock(&args.cipherdir, &args.mountpoint, &o)?;
+    let volume = crate::unlock::unlock(&with_option_secrets(&args.unlock, &o), &cipherdir)?;
 
-    let mut unlock: UnlockArgs = args.unlock.clone();
-    unlock.passfile = unlock.passfile.or(o.passfile.clone());
-    unlock.extpass = unlock.extpass.or(o.extpass.clone());
-    unlock.keyfile = unlock.keyfile.or(o.keyfile.clone());
-    unlock.identity.extend(o.identity.iter().cloned());
-    let volume = crate::unlock::unlock(&unlock, &cipherdir)?;
-
-    let mut mo = MountOptions::new(&cipherdir);
-    mo.read_only = o.read_only;
-    mo.allow_other = o.allow_other;
-    mo.allow_root = o.allow_root;
-    mo.default_permissions = o.default_permissions;
-    mo.kernel_options = o.kernel.clone();
-    mo.writeback_cache = o.writeback_cache;
-    if let Some(n) = o.fsname.clone() {
-        mo.fsname = n;
-    }
-    if let Some(t) = args.threads.or(o.threads) {
-        mo.threads = t;
-    }
-    if let Some(t) = args.cache_timeout.or(o.cache_timeout) {
-        mo.cache_timeout = Duration::from_secs_f64(t);
-    }
+    let mut mo = fuse_options(&cipherdir, &o, args.threads, args.cache_timeout);
+    // Before daemonizing: the daemon leads a session of its own.
+    mo.binding = args.bind.or(o.bind).map(BindTo::binding).transpose()?;
     let mounted = cloakfs_fuse::mount(volume, &cipherdir, &mountpoint, &mo)
         .map_err(|e| Failure::mount(format!("cannot mount on {}: {e}", mountpoint.display())))?;
 
@@ -100,6 +87,69 @@ pub fn run(args: MountArgs) -> Result<()> {
         .map_err(|e| Failure::mount(format!("file system session ended with an error: {e}")))?;
     sync_dir(&cipherdir);
     Ok(())
+}
+
+/// Everything about a mount that can be checked before asking for a secret: both
+/// directories (returned absolute), the volume's config, no unfinished rekey, an empty mount
+/// point outside the cipher directory, FUSE present.
+pub(crate) fn check_before_unlock(
+    cipherdir: &Path,
+    mountpoint: &Path,
+    o: &ParsedOptions,
+) -> Result<(PathBuf, PathBuf)> {
+    let cipherdir = absolute_dir(cipherdir, "cipher directory")?;
+    let mountpoint = absolute_dir(mountpoint, "mount point")?;
+    VolumeConfig::load(&cipherdir)?;
+    cloakfs_core::tools::rekey::check_not_rekeying(&cipherdir)?;
+    if mountpoint.starts_with(&cipherdir) {
+        return Err(Failure::usage(
+            "the mount point may not lie inside the cipher directory",
+        ));
+    }
+    if !o.nonempty && dir_has_entries(&mountpoint)? {
+        return Err(Failure::mount(format!(
+            "mount point {} is not empty (use -o nonempty to mount over it anyway)",
+            mountpoint.display()
+        )));
+    }
+    check_fuse_available()?;
+    Ok((cipherdir, mountpoint))
+}
+
+/// The unlock options, completed by the secrets named in `-o` (passfile=, keyfile=, ...).
+pub(crate) fn with_option_secrets(unlock: &UnlockArgs, o: &ParsedOptions) -> UnlockArgs {
+    let mut unlock = unlock.clone();
+    unlock.passfile = unlock.passfile.or(o.passfile.clone());
+    unlock.extpass = unlock.extpass.or(o.extpass.clone());
+    unlock.keyfile = unlock.keyfile.or(o.keyfile.clone());
+    unlock.identity.extend(o.identity.iter().cloned());
+    unlock
+}
+
+/// The FUSE mount options that `-o` and the command-line flags ask for (binding aside).
+pub(crate) fn fuse_options(
+    cipherdir: &Path,
+    o: &ParsedOptions,
+    threads: Option<usize>,
+    cache_timeout: Option<f64>,
+) -> MountOptions {
+    let mut mo = MountOptions::new(cipherdir);
+    mo.read_only = o.read_only;
+    mo.allow_other = o.allow_other;
+    mo.allow_root = o.allow_root;
+    mo.default_permissions = o.default_permissions;
+    mo.kernel_options = o.kernel.clone();
+    mo.writeback_cache = o.writeback_cache;
+    if let Some(n) = o.fsname.clone() {
+        mo.fsname = n;
+    }
+    if let Some(t) = threads.or(o.threads) {
+        mo.threads = t;
+    }
+    if let Some(t) = cache_timeout.or(o.cache_timeout) {
+        mo.cache_timeout = Duration::from_secs_f64(t);
+    }
+    mo
 }
 
 fn absolute_dir(p: &Path, what: &str) -> Result<PathBuf> {
@@ -158,7 +208,7 @@ fn find_in_path(prog: &str) -> Option<PathBuf> {
 }
 
 /// Makes what the daemon wrote durable before it exits (best effort).
-fn sync_dir(dir: &Path) {
+pub(crate) fn sync_dir(dir: &Path) {
     if let Ok(f) = std::fs::File::open(dir) {
         use std::os::fd::AsRawFd;
         // SAFETY: syncfs on a valid open descriptor.

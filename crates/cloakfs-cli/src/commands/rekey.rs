@@ -68,7 +68,7 @@ pub fn run(args: RekeyArgs) -> Result<()> {
     bar.finish();
     let s = match res {
         Ok(s) => s,
-        Err(e) if bar.stopped() => return Err(Failure::new(130, e.to_string())),
+        Err(e) if bar.stopped() => return Err(Failure::new(code::INTERRUPTED, e.to_string())),
         Err(e) => {
             let tampered = matches!(e, cloakfs_core::Error::Tampered(_));
             let mut f = Failure::from(e);
