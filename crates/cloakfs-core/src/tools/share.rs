@@ -1,0 +1,248 @@
+//! Sharing single files of a sharing volume (FORMAT.md section 17) without a mount: list a
+//! file's recipients, grant it to more, withdraw it from one (a fresh file key, the file
+//! re-encrypted and swapped in atomically), and export it as a standard age file.
+//!
+//! Every function takes the backing path of a regular file of a volume joined as a member
+//! ([`Volume::join_as`]); granting, withdrawing and exporting need the member's entry.
+
+use crate::error::{Error, Result};
+use crate::format::filekey::{grant, FileKeySource, SharedHeader, WrappedKeys};
+use crate::io::file::ContentFile;
+use crate::slots::recipient::Recipients;
+use crate::volume::Volume;
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// Prefix of the temporary file a withdrawal writes next to the file it replaces.
+pub const TEMP_PREFIX: &str = "cloakfs.share.tmp.";
+
+fn wrapped(volume: &Volume) -> Result<&WrappedKeys> {
+    match volume.content().key_source() {
+        FileKeySource::Wrapped(w) => Ok(w),
+        FileKeySource::Derived(_) => Err(Error::Refused(
+            "this volume is not a sharing volume (made without --sharing)".into(),
+        )),
+    }
+}
+
+/// A file's recipients, as stored in its header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listing {
+    /// Each recipient's public key, in order.
+    pub recipients: Vec<String>,
+    /// Whether the list was authenticated (the member holds the file key); otherwise it is
+    /// what the header claims.
+    pub verified: bool,
+}
+
+/// Reads the header of the backing file `backing` (`None`: an empty file, with no header).
+fn read_header(volume: &Volume, backing: &Path) -> Result<Option<SharedHeader>> {
+    wrapped(volume)?;
+    let f = File::open(backing)?;
+    let len = f.metadata()?.len();
+    if len == 0 {
+        return Ok(None);
+    }
+    let hl = volume.content().layout().header_len();
+    if len < hl {
+        return Err(Error::Tampered("file header truncated".into()));
+    }
+    let mut h = vec![0u8; hl as usize];
+    f.read_exact_at(&mut h, 0)?;
+    Ok(Some(SharedHeader::parse(&h)?))
+}
+
+/// The recipients of the file at `backing`.
+pub fn list(volume: &Volume, backing: &Path) -> Result<Listing> {
+    let Some(h) = read_header(volume, backing)? else {
+        return Ok(Listing {
+            recipients: Vec::new(),
+            verified: true,
+        });
+    };
+    let w = wrapped(volume)?;
+    let verified = match w.file_key(&h) {
+        Ok(_) => true,
+        Err(Error::AccessDenied(_)) => false,
+        Err(e) => return Err(e),
+    };
+    Ok(Listing {
+        recipients: h.grants.into_iter().map(|g| g.recipient).collect(),
+        verified,
+    })
+}
+
+/// Parses each line of `recipients` on its own, so that each is stored as the user gave it.
+fn lines(recipients: &str) -> Result<Vec<String>> {
+    Recipients::parse(recipients)?;
+    Ok(recipients
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(String::from)
+        .collect())
+}
+
+/// Grants the file at `backing` to `recipients` (lines of `slots add --recipient` form);
+/// returns how many were new. The header is rewritten in place (one write of one header).
+pub fn add(volume: &Volume, backing: &Path, recipients: &str) -> Result<usize> {
+    let new = lines(recipients)?;
+    let w = wrapped(volume)?;
+    let f = std::fs::OpenOptions::new().write(true).open(backing)?;
+    let Some(h) = read_header(volume, backing)? else {
+        // An empty file gets a header of its own: the member and the new recipients.
+        let member = w.member().ok_or_else(no_member)?.recipient().to_string();
+        let mut all = vec![member];
+        for r in new {
+            if !all_contains(&all, &r) {
+                all.push(r);
+            }
+        }
+        let (bytes, _) = volume.content().fresh_header(&all)?;
+        f.write_all_at(&bytes, 0)?;
+        f.sync_all()?;
+        return Ok(all.len() - 1);
+    };
+    let fk = w.file_key(&h)?;
+    let mut grants = h.grants;
+    let mut added = 0;
+    for r in new {
+        if grants.iter().any(|g| same_key(&g.recipient, &r)) {
+            continue;
+        }
+        grants.push(grant(&r, fk.expose())?);
+        added += 1;
+    }
+    if added > 0 {
+        let header = SharedHeader::seal(fk.expose(), h.id, grants)?;
+        f.write_all_at(&header.to_bytes()?, 0)?;
+        f.sync_all()?;
+    }
+    Ok(added)
+}
+
+fn all_contains(all: &[String], r: &str) -> bool {
+    all.iter().any(|a| same_key(a, r))
+}
+
+/// Whether two recipient lines name the same key (an ssh key's comment does not count).
+pub fn same_key(a: &str, b: &str) -> bool {
+    let key = |s: &str| s.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+    key(a) == key(b)
+}
+
+fn no_member() -> Error {
+    Error::AccessDenied("the volume was opened without a member identity".into())
+}
+
+/// Withdraws the file at `backing` from `recipient`: the file gets a fresh file ID and key,
+/// granted to the remaining recipients, its contents re-encrypted into a temporary file next
+/// to it that is then renamed over it (a crash leaves the old file or the new one, and at
+/// worst a temporary that the next withdrawal or fsck removes).
+pub fn remove(volume: &Volume, backing: &Path, recipient: &str) -> Result<()> {
+    let target = lines(recipient)?;
+    let [target] = &target[..] else {
+        return Err(Error::Refused("give one recipient to remove".into()));
+    };
+    let w = wrapped(volume)?;
+    let Some(h) = read_header(volume, backing)? else {
+        return Err(Error::Refused(
+            "the file is empty: it has no recipients yet".into(),
+        ));
+    };
+    w.file_key(&h)?;
+    if !h.grants.iter().any(|g| same_key(&g.recipient, target)) {
+        return Err(Error::Refused(
+            "that key is not a recipient of this file".into(),
+        ));
+    }
+    let rest: Vec<String> = h
+        .grants
+        .iter()
+        .map(|g| g.recipient.clone())
+        .filter(|r| !same_key(r, target))
+        .collect();
+    if rest.is_empty() {
+        return Err(Error::Refused(
+            "that is the file's only recipient: nobody could open it afterwards".into(),
+        ));
+    }
+    let meta = std::fs::symlink_metadata(backing)?;
+    if meta.nlink() > 1 {
+        return Err(Error::Refused(
+            "the file has several names (hard links): withdrawing it is not supported".into(),
+        ));
+    }
+    let old = ContentFile::open(volume.content().clone(), File::open(backing)?)?;
+    let dir = backing.parent().unwrap_or(Path::new("."));
+    let tmp = temp_path(dir);
+    let result = (|| -> Result<()> {
+        let out = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        let (header, opened) = volume.content().fresh_header(&rest)?;
+        out.write_all_at(&header, 0)?;
+        let layout = volume.content().layout();
+        let size = old.size();
+        let mut plain = zeroize::Zeroizing::new(vec![0u8; layout.block_size() as usize]);
+        for b in 0..layout.block_count(size) {
+            let len = layout.block_len(b, size) as usize;
+            let got = old.read_at(layout.plain_offset(b), &mut plain[..len])?;
+            if got != len {
+                return Err(Error::Tampered("file shorter than its size".into()));
+            }
+            let mut sealed = vec![0u8; len + layout.overhead() as usize];
+            opened.cipher.seal(b, &plain[..len], &mut sealed);
+            out.write_all_at(&sealed, layout.cipher_offset(b))?;
+        }
+        out.set_permissions(std::fs::Permissions::from_mode(meta.mode() & 0o7777))?;
+        let _ = rustix::fs::fchown(
+            &out,
+            Some(rustix::fs::Uid::from_raw(meta.uid())),
+            Some(rustix::fs::Gid::from_raw(meta.gid())),
+        );
+        out.sync_all()?;
+        std::fs::rename(&tmp, backing)?;
+        File::open(dir)?.sync_all()?;
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+fn temp_path(dir: &Path) -> PathBuf {
+    let n: [u8; 8] = crate::crypto::random::array();
+    let hex: String = n.iter().map(|b| format!("{b:02x}")).collect();
+    dir.join(format!("{TEMP_PREFIX}{hex}"))
+}
+
+/// Writes the plaintext of the file at `backing` to `out` as a standard age file (binary, or
+/// ASCII-armored) encrypted to `recipients`: `age -d` decrypts it without cloakfs.
+pub fn export(
+    volume: &Volume,
+    backing: &Path,
+    recipients: &str,
+    armor: bool,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let r = Recipients::parse(recipients)?;
+    let file = ContentFile::open(volume.content().clone(), File::open(backing)?)?;
+    crate::slots::recipient::encrypt_stream(&r, armor, out, &mut |sink| {
+        let mut buf = zeroize::Zeroizing::new(vec![0u8; 1 << 20]);
+        let mut off = 0;
+        loop {
+            let n = file.read_at(off, &mut buf)?;
+            if n == 0 {
+                return Ok(());
+            }
+            sink.write_all(&buf[..n])?;
+            off += n as u64;
+        }
+    })
+}
