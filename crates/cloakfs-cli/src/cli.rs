@@ -32,6 +32,9 @@ pub enum Command {
     /// List, add or remove key slots.
     #[command(subcommand)]
     Slots(crate::commands::slots::SlotsCommand),
+    /// Share single files of a sharing volume with public keys (add, remove, list, export).
+    #[command(subcommand)]
+    Share(crate::commands::share::ShareCommand),
     /// Decrypt one file to standard output, without mounting.
     Cat(crate::commands::cat::CatArgs),
     /// Translate names between plaintext and cipher directory, without mounting.

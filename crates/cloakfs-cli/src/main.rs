@@ -18,9 +18,9 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 const SUBCOMMANDS: &[&str] = &[
-    "init", "mount", "reverse", "unmount", "umount", "info", "known", "passwd", "slots", "cat",
-    "name", "fsck", "export", "rekey", "daemon", "attach", "detach", "status", "authz", "auth",
-    "sessions", "revoke", "help",
+    "init", "mount", "reverse", "unmount", "umount", "info", "known", "passwd", "slots", "share",
+    "cat", "name", "fsck", "export", "rekey", "daemon", "attach", "detach", "status", "authz",
+    "auth", "sessions", "revoke", "help",
 ];
 
 /// mount(8) runs `mount.cloakfs CIPHERDIR MOUNTPOINT -o OPTS` and mount.fuse3 runs
@@ -72,6 +72,7 @@ fn main() -> ExitCode {
         Command::Known(a) => commands::known::run(a),
         Command::Passwd(a) => commands::passwd::run(a),
         Command::Slots(a) => commands::slots::run(a),
+        Command::Share(a) => commands::share::run(a),
         Command::Cat(a) => commands::cat::run(a),
         Command::Name(a) => commands::name::run(a),
         Command::Fsck(a) => commands::fsck::run(a),
@@ -105,6 +106,7 @@ fn reads_secret(command: &Command) -> bool {
         | Command::Reverse(_)
         | Command::Passwd(_)
         | Command::Slots(_)
+        | Command::Share(_)
         | Command::Cat(_)
         | Command::Name(_)
         | Command::Fsck(_)

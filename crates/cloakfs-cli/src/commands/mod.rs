@@ -14,5 +14,6 @@ pub mod passwd;
 pub mod rekey;
 pub mod reverse;
 pub mod serve;
+pub mod share;
 pub mod slots;
 pub mod unmount;

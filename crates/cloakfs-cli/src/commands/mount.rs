@@ -5,6 +5,7 @@ use crate::daemon;
 use crate::failure::{code, Failure, Result};
 use crate::mount_options;
 use clap::Args;
+use cloakfs_core::format::config::FileKeys;
 use cloakfs_core::format::config::VolumeConfig;
 use cloakfs_fuse::MountOptions;
 use std::path::{Path, PathBuf};
@@ -62,6 +63,15 @@ pub fn run(args: MountArgs) -> Result<()> {
     unlock.extpass = unlock.extpass.or(o.extpass.clone());
     unlock.keyfile = unlock.keyfile.or(o.keyfile.clone());
     unlock.identity.extend(o.identity.iter().cloned());
+    if unlock.identity.is_empty()
+        && cloakfs_core::format::config::VolumeConfig::load(&cipherdir)
+            .is_ok_and(|c| c.params.file_keys == FileKeys::Wrapped)
+    {
+        return Err(Failure::usage(
+            "this is a sharing volume: mount it with --identity (your age identity or ssh \
+             private key), as the member who opens and owns files",
+        ));
+    }
     let volume = crate::unlock::unlock(&unlock, &cipherdir)?;
 
     let mut mo = MountOptions::new(&cipherdir);

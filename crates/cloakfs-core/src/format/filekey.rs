@@ -207,6 +207,24 @@ pub fn grant(recipient_line: &str, fk: &[u8; 32]) -> Result<Grant> {
     })
 }
 
+/// Whether two recipient lines name the same key (an ssh key's comment does not count).
+pub fn same_key(a: &str, b: &str) -> bool {
+    let key = |s: &str| s.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+    key(a) == key(b)
+}
+
+/// The recipient lines of `text` (one key per line; blank lines and `#` comments skipped),
+/// each checked, each kept as given.
+pub fn recipient_lines(text: &str) -> Result<Vec<String>> {
+    Recipients::parse(text)?;
+    Ok(text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(String::from)
+        .collect())
+}
+
 /// The member a sharing volume is opened as: identities to unwrap file keys with, and the
 /// public key every file it creates is granted to.
 pub struct Member {
@@ -320,6 +338,60 @@ impl WrappedKeys {
             .entry(h.id)
             .or_insert_with(|| SecretBytes::from_slice(fk.expose()));
         Ok(fk)
+    }
+
+    /// Grants a file to `more` recipients (lines of `slots add --recipient` form; keys it has
+    /// already are skipped): from its header `header`, or, for a file without one (no data),
+    /// a fresh header granted to `current` (else the member) and `more`. Returns the new
+    /// header, its recipients, and how many were added.
+    pub fn regrant(
+        &self,
+        header: Option<&[u8]>,
+        current: &[String],
+        more: &[String],
+    ) -> Result<(Vec<u8>, Vec<String>, usize)> {
+        let (id, fk, mut grants) = match header {
+            Some(b) => {
+                let h = SharedHeader::parse(b)?;
+                let fk = self.file_key(&h)?;
+                (h.id, fk, h.grants)
+            }
+            None => {
+                let fk = random_file_key();
+                let id = FileId::random();
+                let base = if current.is_empty() {
+                    let m = self.member.as_ref().ok_or_else(|| {
+                        Error::AccessDenied(
+                            "the volume was opened without a member identity".into(),
+                        )
+                    })?;
+                    vec![m.recipient.clone()]
+                } else {
+                    current.to_vec()
+                };
+                let grants = base
+                    .iter()
+                    .map(|r| grant(r, fk.expose()))
+                    .collect::<Result<Vec<_>>>()?;
+                self.remember(id, &fk);
+                (id, fk, grants)
+            }
+        };
+        let mut added = 0;
+        for r in more {
+            if grants.iter().any(|g| same_key(&g.recipient, r)) {
+                continue;
+            }
+            grants.push(grant(r, fk.expose())?);
+            added += 1;
+        }
+        let recipients = grants.iter().map(|g| g.recipient.clone()).collect();
+        let h = SharedHeader::seal(fk.expose(), id, grants)?;
+        Ok((
+            h.to_bytes()?,
+            recipients,
+            added + usize::from(header.is_none()),
+        ))
     }
 
     /// Remembers a file key this process made (a new file, a re-keyed one).

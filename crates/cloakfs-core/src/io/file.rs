@@ -10,6 +10,7 @@
 
 use crate::error::{Error, Result};
 use crate::format::content::{ContentCodec, FileCipher, FileId, FreshNonce};
+use crate::format::filekey::FileKeySource;
 use crate::format::layout::Layout;
 use crate::io::stream::{self, Batches};
 use rayon::prelude::*;
@@ -177,6 +178,42 @@ impl ContentFile {
     /// The file ID, if the file has a header.
     pub fn file_id(&self) -> Result<Option<FileId>> {
         Ok(self.loaded_state()?.cipher.as_ref().map(FileCipher::id))
+    }
+
+    /// A shared file's recipients (empty for a file whose key is derived, or that has no
+    /// header yet and no recipients given).
+    pub fn recipients(&self) -> Result<Vec<String>> {
+        Ok(self.loaded_state()?.recipients.clone())
+    }
+
+    /// Grants a shared file to `more` recipients (keys it has already are skipped); returns
+    /// how many were added. The header is re-sealed under the same file key and written in
+    /// place; open handles keep their cipher.
+    pub fn grant(&self, more: &[String]) -> Result<usize> {
+        let FileKeySource::Wrapped(keys) = self.codec.key_source() else {
+            return Err(Error::Refused(
+                "this volume is not a sharing volume (made without --sharing)".into(),
+            ));
+        };
+        let mut st = self.loaded_state_mut()?;
+        let header_len = self.layout().header_len();
+        let old = if self.file.metadata()?.len() >= header_len {
+            let mut h = vec![0u8; header_len as usize];
+            self.file.read_exact_at(&mut h, 0)?;
+            Some(h)
+        } else {
+            None
+        };
+        let (header, recipients, added) = keys.regrant(old.as_deref(), &st.recipients, more)?;
+        if added > 0 {
+            match old {
+                Some(_) => self.file.write_all_at(&header, 0)?,
+                None => self.write_header(&header)?,
+            }
+            self.file.sync_data()?;
+        }
+        st.recipients = recipients;
+        Ok(added)
     }
 
     /// Re-reads the size from the backing file (after it changed behind our back).

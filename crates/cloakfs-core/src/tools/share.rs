@@ -6,7 +6,7 @@
 //! ([`Volume::join_as`]); granting, withdrawing and exporting need the member's entry.
 
 use crate::error::{Error, Result};
-use crate::format::filekey::{grant, FileKeySource, SharedHeader, WrappedKeys};
+use crate::format::filekey::{recipient_lines, same_key, FileKeySource, SharedHeader, WrappedKeys};
 use crate::io::file::ContentFile;
 use crate::slots::recipient::Recipients;
 use crate::volume::Volume;
@@ -74,67 +74,16 @@ pub fn list(volume: &Volume, backing: &Path) -> Result<Listing> {
     })
 }
 
-/// Parses each line of `recipients` on its own, so that each is stored as the user gave it.
-fn lines(recipients: &str) -> Result<Vec<String>> {
-    Recipients::parse(recipients)?;
-    Ok(recipients
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(String::from)
-        .collect())
-}
-
 /// Grants the file at `backing` to `recipients` (lines of `slots add --recipient` form);
-/// returns how many were new. The header is rewritten in place (one write of one header).
+/// returns how many were new.
 pub fn add(volume: &Volume, backing: &Path, recipients: &str) -> Result<usize> {
-    let new = lines(recipients)?;
-    let w = wrapped(volume)?;
-    let f = std::fs::OpenOptions::new().write(true).open(backing)?;
-    let Some(h) = read_header(volume, backing)? else {
-        // An empty file gets a header of its own: the member and the new recipients.
-        let member = w.member().ok_or_else(no_member)?.recipient().to_string();
-        let mut all = vec![member];
-        for r in new {
-            if !all_contains(&all, &r) {
-                all.push(r);
-            }
-        }
-        let (bytes, _) = volume.content().fresh_header(&all)?;
-        f.write_all_at(&bytes, 0)?;
-        f.sync_all()?;
-        return Ok(all.len() - 1);
-    };
-    let fk = w.file_key(&h)?;
-    let mut grants = h.grants;
-    let mut added = 0;
-    for r in new {
-        if grants.iter().any(|g| same_key(&g.recipient, &r)) {
-            continue;
-        }
-        grants.push(grant(&r, fk.expose())?);
-        added += 1;
-    }
-    if added > 0 {
-        let header = SharedHeader::seal(fk.expose(), h.id, grants)?;
-        f.write_all_at(&header.to_bytes()?, 0)?;
-        f.sync_all()?;
-    }
-    Ok(added)
-}
-
-fn all_contains(all: &[String], r: &str) -> bool {
-    all.iter().any(|a| same_key(a, r))
-}
-
-/// Whether two recipient lines name the same key (an ssh key's comment does not count).
-pub fn same_key(a: &str, b: &str) -> bool {
-    let key = |s: &str| s.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
-    key(a) == key(b)
-}
-
-fn no_member() -> Error {
-    Error::AccessDenied("the volume was opened without a member identity".into())
+    let new = recipient_lines(recipients)?;
+    wrapped(volume)?;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(backing)?;
+    ContentFile::open(volume.content().clone(), f)?.grant(&new)
 }
 
 /// Withdraws the file at `backing` from `recipient`: the file gets a fresh file ID and key,
@@ -142,7 +91,7 @@ fn no_member() -> Error {
 /// to it that is then renamed over it (a crash leaves the old file or the new one, and at
 /// worst a temporary that the next withdrawal or fsck removes).
 pub fn remove(volume: &Volume, backing: &Path, recipient: &str) -> Result<()> {
-    let target = lines(recipient)?;
+    let target = recipient_lines(recipient)?;
     let [target] = &target[..] else {
         return Err(Error::Refused("give one recipient to remove".into()));
     };
