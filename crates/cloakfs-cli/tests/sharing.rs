@@ -407,3 +407,70 @@ fn bad_input_fails_with_one_clear_line() {
     );
     pm.unmount();
 }
+
+#[test]
+fn new_files_inherit_a_directory_s_default_recipients() {
+    let t = team();
+    let ma = t.mount(&t.alice, "alice");
+    let mb = t.mount(&t.bob, "bob");
+    let reports = ma.0.join("reports");
+    std::fs::create_dir(&reports).unwrap();
+    ok(&cloakfs(&["share", "default", s(&reports), "--recipient", &t.bob.1]));
+    assert_eq!(
+        ok(&cloakfs(&["share", "default", s(&reports)])).trim(),
+        t.bob.1
+    );
+    // The setting is not an xattr anyone sees.
+    assert!(xattr_names(&reports).iter().all(|n| !n.contains("cloakfs")));
+    std::fs::write(reports.join("q3.txt"), "q3\n").unwrap();
+    // A directory made below inherits, and files in it too.
+    std::fs::create_dir(reports.join("2026")).unwrap();
+    std::fs::write(reports.join("2026/q4.txt"), "q4\n").unwrap();
+    std::fs::write(ma.0.join("private.txt"), "mine\n").unwrap();
+    assert_eq!(
+        std::fs::read_to_string(mb.0.join("reports/q3.txt")).unwrap(),
+        "q3\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(mb.0.join("reports/2026/q4.txt")).unwrap(),
+        "q4\n"
+    );
+    assert!(denied(&mb.0.join("private.txt")));
+    // Cleared: new files are the creator's alone again.
+    ok(&cloakfs(&["share", "default", s(&reports), "--clear"]));
+    std::fs::write(reports.join("q5.txt"), "q5\n").unwrap();
+    assert!(denied(&mb.0.join("reports/q5.txt")));
+    mb.unmount();
+    ma.unmount();
+
+    // Offline, the same setting on a cipher directory.
+    let offline = |args: &[&str]| {
+        t.f.run(
+            &[
+                &["share", "default", "--volume", s(&t.f.cipher)][..],
+                &["--identity", s(&t.alice.0)],
+                args,
+            ]
+            .concat(),
+        )
+    };
+    ok(&offline(&["reports", "--recipient", &t.carol.1]));
+    assert_eq!(ok(&offline(&["reports"])).trim(), t.carol.1);
+    assert_fails(&offline(&["private.txt", "--recipient", &t.carol.1]), 2, "not a directory");
+
+    // fsck as bob: the files not shared with him are counted, not reported as damage.
+    let out = t.f.run(&["fsck", s(&t.f.cipher), "--identity", s(&t.bob.0)]);
+    let text = ok(&out);
+    assert!(text.contains("no problems"), "{text}");
+    assert!(text.contains("2 files are not shared with the identity given"), "{text}");
+}
+
+fn xattr_names(p: &Path) -> Vec<String> {
+    let mut buf = vec![0u8; 4096];
+    let n = rustix::fs::listxattr(p, &mut buf).unwrap();
+    buf[..n]
+        .split(|&b| b == 0)
+        .filter(|n| !n.is_empty())
+        .map(|n| String::from_utf8_lossy(n).into_owned())
+        .collect()
+}

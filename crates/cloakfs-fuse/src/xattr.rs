@@ -155,14 +155,14 @@ impl CloakFs {
     /// `value`, `list` returns its recipients, one per line.
     fn share_request(&self, ino: INodeNo, op: &[u8], value: Option<&[u8]>) -> Res<Vec<u8>> {
         let inode = self.node(ino)?;
+        if !self.codec.key_source().is_wrapped() {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        if inode.kind == Kind::Dir && op == b"default" {
+            return self.share_default(&inode, value);
+        }
         if inode.kind != Kind::File {
             return Err(Errno::EISDIR);
-        }
-        if !matches!(
-            self.codec.key_source(),
-            cloakfs_core::format::filekey::FileKeySource::Wrapped(_)
-        ) {
-            return Err(Errno::EOPNOTSUPP);
         }
         let writable = value.is_some();
         if writable {
@@ -197,6 +197,44 @@ impl CloakFs {
         drop(f);
         inode.release();
         out
+    }
+
+    /// A directory's default recipients: set (`value`: recipient lines, empty to clear) or get.
+    fn share_default(&self, inode: &Inode, value: Option<&[u8]>) -> Res<Vec<u8>> {
+        use cloakfs_core::tools::share;
+        let dir = std::path::PathBuf::from(sys::proc_path(inode.fd()));
+        let fail = |e: cloakfs_core::Error| match e {
+            cloakfs_core::Error::Refused(_) | cloakfs_core::Error::InvalidName => Errno::EINVAL,
+            e => self.fail(&e, inode.fd(), Some("default recipients")),
+        };
+        match value {
+            Some(v) => {
+                self.writable()?;
+                let text = std::str::from_utf8(v).map_err(|_| Errno::EINVAL)?;
+                let lines = if text.trim().is_empty() {
+                    Vec::new()
+                } else {
+                    cloakfs_core::format::filekey::recipient_lines(text).map_err(fail)?
+                };
+                share::write_default(&self.volume, &dir, &lines).map_err(fail)?;
+                Ok(Vec::new())
+            }
+            None => share::read_default(&self.volume, &dir)
+                .map(|r| r.iter().flat_map(|l| [l.as_bytes(), b"\n"]).flatten().copied().collect())
+                .map_err(fail),
+        }
+    }
+
+    /// The default recipients of directory `parent`, which a file made in it is granted to.
+    pub(crate) fn default_recipients(&self, parent: &Inode) -> Vec<String> {
+        if !self.codec.key_source().is_wrapped() {
+            return Vec::new();
+        }
+        let dir = std::path::PathBuf::from(sys::proc_path(parent.fd()));
+        cloakfs_core::tools::share::read_default(&self.volume, &dir).unwrap_or_else(|e| {
+            tracing::warn!("{}: default recipients: {e}", sys::describe(parent.fd()));
+            Vec::new()
+        })
     }
 
     pub(crate) fn get_xattr(&self, ino: INodeNo, name: &OsStr) -> Res<Vec<u8>> {
@@ -275,6 +313,8 @@ impl CloakFs {
             let names = buf[..n].split(|&b| b == 0);
             for stored in names.filter(|s| !s.is_empty() && !is_lsm_label(s)) {
                 match self.volume.meta().decrypt_xattr_name(stored) {
+                    // A directory's default recipients are reached through `share default`.
+                    Ok(plain) if plain.starts_with(SHARE_PREFIX) => {}
                     Ok(plain) => {
                         out.extend_from_slice(&plain);
                         out.push(0);

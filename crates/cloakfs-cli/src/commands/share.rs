@@ -17,6 +17,8 @@ pub mod xattr {
     pub const ADD: &str = "user.cloakfs.share.add";
     /// Get: the file's recipients, one per line.
     pub const LIST: &str = "user.cloakfs.share.list";
+    /// Set or get a directory's default recipients (an empty value clears them).
+    pub const DEFAULT: &str = "user.cloakfs.share.default";
 }
 
 #[derive(Debug, Subcommand)]
@@ -27,8 +29,23 @@ pub enum ShareCommand {
     Remove(ChangeArgs),
     /// Show the public keys a file is granted to.
     List(ListArgs),
+    /// Set (or, without --recipient, show) the keys new files in a directory are granted to,
+    /// besides their creator; directories made below inherit them.
+    Default(DefaultArgs),
     /// Write a file's plaintext as a standard age file for someone without cloakfs.
     Export(ExportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DefaultArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// An age (age1...) or ssh public key, or a file of them (repeatable).
+    #[arg(long, value_name = "KEY|FILE", conflicts_with = "clear")]
+    pub recipient: Vec<String>,
+    /// Remove the directory's default recipients.
+    #[arg(long)]
+    pub clear: bool,
 }
 
 /// Where the file is: a path in a mount, or (`--volume`) a path inside a cipher directory.
@@ -81,8 +98,69 @@ pub fn run(cmd: ShareCommand) -> Result<()> {
         ShareCommand::Add(a) => change(a, true),
         ShareCommand::Remove(a) => change(a, false),
         ShareCommand::List(a) => list(a),
+        ShareCommand::Default(a) => default(a),
         ShareCommand::Export(a) => export(a),
     }
+}
+
+fn default(a: DefaultArgs) -> Result<()> {
+    let t = &a.target;
+    let set = !a.recipient.is_empty() || a.clear;
+    let text = if a.recipient.is_empty() {
+        String::new()
+    } else {
+        recipients(&a.recipient)?
+    };
+    let shown = match &t.volume {
+        Some(c) => {
+            rekey::check_not_rekeying(c)?;
+            let volume = crate::unlock::unlock(&t.unlock, c)?;
+            if !volume.is_sharing() {
+                return Err(not_sharing(c));
+            }
+            let dir = translate::lookup(&volume, c, &t.path, true).map_err(|e| located(&t.path, e))?;
+            if !dir.is_dir() {
+                return Err(Failure::usage(format!("{}: not a directory", t.path.display())));
+            }
+            if set {
+                let lines = if a.clear {
+                    Vec::new()
+                } else {
+                    cloakfs_core::format::filekey::recipient_lines(&text)?
+                };
+                share::write_default(&volume, &dir, &lines).map_err(|e| located(&t.path, e))?;
+                return Ok(());
+            }
+            share::read_default(&volume, &dir).map_err(|e| located(&t.path, e))?
+        }
+        None => {
+            let path = mounted(&t.path)?;
+            if !path.is_dir() {
+                return Err(Failure::usage(format!("{}: not a directory", t.path.display())));
+            }
+            if set {
+                rustix::fs::setxattr(
+                    &path,
+                    xattr::DEFAULT,
+                    text.as_bytes(),
+                    rustix::fs::XattrFlags::empty(),
+                )
+                .map_err(|e| mount_failure(&t.path, e.into()))?;
+                return Ok(());
+            }
+            let mut buf = vec![0u8; 65536];
+            let n = rustix::fs::getxattr(&path, xattr::DEFAULT, &mut buf)
+                .map_err(|e| mount_failure(&t.path, e.into()))?;
+            String::from_utf8_lossy(&buf[..n])
+                .lines()
+                .map(String::from)
+                .collect()
+        }
+    };
+    for r in shown {
+        println!("{r}");
+    }
+    Ok(())
 }
 
 /// The recipients given, checked (one clear line for a bad one) before anything happens.

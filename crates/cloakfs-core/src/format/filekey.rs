@@ -421,9 +421,14 @@ impl FileKeySource {
         }
     }
 
+    /// Whether file keys are wrapped to recipients (a sharing volume).
+    pub fn is_wrapped(&self) -> bool {
+        matches!(self, FileKeySource::Wrapped(_))
+    }
+
     /// Whether a file's header must be opened when the file is (access is decided by it).
     pub fn opens_at_open(&self) -> bool {
-        matches!(self, FileKeySource::Wrapped(_))
+        self.is_wrapped()
     }
 
     /// The per-file key a cipher for file `id` is expanded from, given the file key (or,

@@ -186,6 +186,30 @@ impl ContentFile {
         Ok(self.loaded_state()?.recipients.clone())
     }
 
+    /// For a new shared file (no header yet, no recipients): grants its first data to the
+    /// member and to `defaults` (its directory's default recipients).
+    pub fn inherit(&self, defaults: &[String]) -> Result<()> {
+        let FileKeySource::Wrapped(keys) = self.codec.key_source() else {
+            return Ok(());
+        };
+        let mut st = self.write_state();
+        if !st.recipients.is_empty() || defaults.is_empty() || self.file.metadata()?.len() > 0
+        {
+            return Ok(());
+        }
+        let mut all: Vec<String> = keys
+            .member()
+            .map(|m| vec![m.recipient().to_string()])
+            .unwrap_or_default();
+        for d in defaults {
+            if !all.iter().any(|a| crate::format::filekey::same_key(a, d)) {
+                all.push(d.clone());
+            }
+        }
+        st.recipients = all;
+        Ok(())
+    }
+
     /// Grants a shared file to `more` recipients (keys it has already are skipped); returns
     /// how many were added. The header is re-sealed under the same file key and written in
     /// place; open handles keep their cipher.

@@ -195,3 +195,60 @@ pub fn export(
         }
     })
 }
+
+/// The xattr of a backing directory that holds its default recipients (FORMAT.md section
+/// 17.6), encrypted like any `user.` xattr under the volume key.
+pub const DEFAULT_XATTR: &str = "user.cloakfs.share.default";
+
+fn default_stored_name(volume: &Volume) -> Result<Vec<u8>> {
+    volume
+        .meta()
+        .encrypt_xattr_name(DEFAULT_XATTR.as_bytes())?
+        .ok_or_else(|| Error::Refused("default recipients xattr not encrypted".into()))
+}
+
+/// The default recipients of the backing directory at `dir` (a path, or a `/proc/self/fd`
+/// path): every file made in it is granted to them besides its creator.
+pub fn read_default(volume: &Volume, dir: &Path) -> Result<Vec<String>> {
+    let name = default_stored_name(volume)?;
+    let mut buf = vec![0u8; 65536];
+    let n = match rustix::fs::getxattr(dir, name.as_slice(), &mut buf) {
+        Ok(n) => n,
+        Err(rustix::io::Errno::NODATA) | Err(rustix::io::Errno::NOTSUP) => return Ok(Vec::new()),
+        Err(e) => return Err(std::io::Error::from(e).into()),
+    };
+    let plain = volume.meta().decrypt_xattr_value(&name, &buf[..n])?;
+    let text = String::from_utf8(plain)
+        .map_err(|_| Error::Tampered("default recipients are not text".into()))?;
+    Ok(text.lines().map(String::from).collect())
+}
+
+/// Sets the default recipients of the backing directory at `dir` (none: removes them).
+pub fn write_default(volume: &Volume, dir: &Path, recipients: &[String]) -> Result<()> {
+    let name = default_stored_name(volume)?;
+    if recipients.is_empty() {
+        return match rustix::fs::removexattr(dir, name.as_slice()) {
+            Ok(()) | Err(rustix::io::Errno::NODATA) => Ok(()),
+            Err(e) => Err(std::io::Error::from(e).into()),
+        };
+    }
+    let sealed = volume
+        .meta()
+        .encrypt_xattr_value(&name, recipients.join("\n").as_bytes())?;
+    rustix::fs::setxattr(dir, name.as_slice(), &sealed, rustix::fs::XattrFlags::empty())
+        .map_err(|e| std::io::Error::from(e).into())
+}
+
+/// Copies the default recipients of directory `from` to the new directory `to` (a directory
+/// made below inherits them). The sealed value is bound to its name only, so it is copied as
+/// it is.
+pub fn inherit_default(volume: &Volume, from: &Path, to: &Path) -> Result<()> {
+    let name = default_stored_name(volume)?;
+    let mut buf = vec![0u8; 65536];
+    match rustix::fs::getxattr(from, name.as_slice(), &mut buf) {
+        Ok(n) => rustix::fs::setxattr(to, name.as_slice(), &buf[..n], rustix::fs::XattrFlags::empty())
+            .map_err(|e| std::io::Error::from(e).into()),
+        Err(rustix::io::Errno::NODATA) | Err(rustix::io::Errno::NOTSUP) => Ok(()),
+        Err(e) => Err(std::io::Error::from(e).into()),
+    }
+}
