@@ -21,10 +21,21 @@ fn ok(out: &Output) -> String {
 /// An age identity made by `age-keygen`; returns its path and public key.
 fn age_key(dir: &Path, name: &str) -> (PathBuf, String) {
     let p = dir.join(name);
-    let out = Command::new("age-keygen").arg("-o").arg(&p).output().unwrap();
+    let out = Command::new("age-keygen")
+        .arg("-o")
+        .arg(&p)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "age-keygen: {}", stderr(&out));
-    let public = Command::new("age-keygen").arg("-y").arg(&p).output().unwrap();
-    (p, String::from_utf8(public.stdout).unwrap().trim().to_string())
+    let public = Command::new("age-keygen")
+        .arg("-y")
+        .arg(&p)
+        .output()
+        .unwrap();
+    (
+        p,
+        String::from_utf8(public.stdout).unwrap().trim().to_string(),
+    )
 }
 
 /// An unencrypted ssh-ed25519 key made by `ssh-keygen`; returns its path and public key.
@@ -60,7 +71,11 @@ fn team() -> Team {
         carol: ssh_key(&dir, "carol_ed25519"),
         f,
     };
-    for (who, label) in [(&team.alice, "alice"), (&team.bob, "bob"), (&team.carol, "carol")] {
+    for (who, label) in [
+        (&team.alice, "alice"),
+        (&team.bob, "bob"),
+        (&team.carol, "carol"),
+    ] {
         let recipient = if label == "carol" {
             format!("{}.pub", who.0.display())
         } else {
@@ -85,13 +100,9 @@ impl Team {
     fn mount(&self, who: &(PathBuf, String), name: &str) -> MountGuard {
         let mnt = self.f.tmp.path().join(name);
         std::fs::create_dir_all(&mnt).unwrap();
-        ok(&self.f.run(&[
-            "mount",
-            "--identity",
-            s(&who.0),
-            s(&self.f.cipher),
-            s(&mnt),
-        ]));
+        ok(&self
+            .f
+            .run(&["mount", "--identity", s(&who.0), s(&self.f.cipher), s(&mnt)]));
         assert!(is_mounted(&mnt));
         MountGuard(mnt)
     }
@@ -127,8 +138,17 @@ fn three_members_grant_read_list_export_and_revoke() {
 
     // Granted through alice's mount: bob reads it in his.
     let plan = ma.0.join("plan.txt");
-    ok(&cloakfs(&["share", "add", s(&plan), "--recipient", &t.bob.1]));
-    assert_eq!(std::fs::read_to_string(mb.0.join("plan.txt")).unwrap(), "plan\n");
+    ok(&cloakfs(&[
+        "share",
+        "add",
+        s(&plan),
+        "--recipient",
+        &t.bob.1,
+    ]));
+    assert_eq!(
+        std::fs::read_to_string(mb.0.join("plan.txt")).unwrap(),
+        "plan\n"
+    );
     assert!(denied(&mc.0.join("plan.txt")));
     // Carol by her ssh public key file.
     ok(&cloakfs(&[
@@ -138,19 +158,20 @@ fn three_members_grant_read_list_export_and_revoke() {
         "--recipient",
         &format!("{}.pub", t.carol.0.display()),
     ]));
-    assert_eq!(std::fs::read_to_string(mc.0.join("plan.txt")).unwrap(), "plan\n");
+    assert_eq!(
+        std::fs::read_to_string(mc.0.join("plan.txt")).unwrap(),
+        "plan\n"
+    );
 
     // The list, from any recipient's mount, in both forms.
     let listed = ok(&cloakfs(&["share", "list", s(&mb.0.join("plan.txt"))]));
     let lines: Vec<&str> = listed.lines().collect();
-    assert_eq!(lines, [t.alice.1.as_str(), t.bob.1.as_str(), t.carol.1.as_str()]);
-    let json: serde_json::Value = serde_json::from_str(&ok(&cloakfs(&[
-        "share",
-        "list",
-        s(&plan),
-        "--json",
-    ])))
-    .unwrap();
+    assert_eq!(
+        lines,
+        [t.alice.1.as_str(), t.bob.1.as_str(), t.carol.1.as_str()]
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&cloakfs(&["share", "list", s(&plan), "--json"]))).unwrap();
     assert_eq!(json["recipients"].as_array().unwrap().len(), 3);
     assert_eq!(json["verified"], true);
 
@@ -178,7 +199,12 @@ fn three_members_grant_read_list_export_and_revoke() {
         .arg(&exported)
         .output()
         .unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "plan v2\n", "{}", stderr(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "plan v2\n",
+        "{}",
+        stderr(&out)
+    );
 
     for m in [ma, mb, mc] {
         m.unmount();
@@ -199,7 +225,11 @@ fn three_members_grant_read_list_export_and_revoke() {
         "--recipient",
         &t.bob.1,
     ]));
-    assert_fails(&t.cat(&t.bob, "plan.txt"), 6, "not shared with this identity");
+    assert_fails(
+        &t.cat(&t.bob, "plan.txt"),
+        6,
+        "not shared with this identity",
+    );
     assert_eq!(ok(&t.cat(&t.alice, "plan.txt")), "plan v2\n");
     assert_eq!(ok(&t.cat(&t.carol, "plan.txt")), "plan v2\n");
     // A fresh file ID (and key): bob's remembered header opens nothing written afterwards.
@@ -226,7 +256,12 @@ fn only_file(cipher: &Path) -> PathBuf {
     let files: Vec<PathBuf> = std::fs::read_dir(cipher)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with("cloakfs."))
+        .filter(|p| {
+            !p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("cloakfs.")
+        })
         .collect();
     assert_eq!(files.len(), 1, "{files:?}");
     files.into_iter().next().unwrap()
@@ -239,33 +274,41 @@ fn removal_killed_midway_leaves_the_old_file_readable() {
     // Large enough that the re-encryption is still running when it is caught.
     let data: Vec<u8> = (0..48u32 << 20).map(|i| (i * 7 + 3) as u8).collect();
     std::fs::write(ma.0.join("big"), &data).unwrap();
-    ok(&cloakfs(&["share", "add", s(&ma.0.join("big")), "--recipient", &t.bob.1]));
+    ok(&cloakfs(&[
+        "share",
+        "add",
+        s(&ma.0.join("big")),
+        "--recipient",
+        &t.bob.1,
+    ]));
     ma.unmount();
 
-    let mut child = t
-        .f
-        .bin()
-        .args([
-            "share",
-            "remove",
-            "--volume",
-            s(&t.f.cipher),
-            "--identity",
-            s(&t.alice.0),
-            "big",
-            "--recipient",
-            &t.bob.1,
-        ])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child =
+        t.f.bin()
+            .args([
+                "share",
+                "remove",
+                "--volume",
+                s(&t.f.cipher),
+                "--identity",
+                s(&t.alice.0),
+                "big",
+                "--recipient",
+                &t.bob.1,
+            ])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
     // Caught once its temporary copy exists (or, on a fast machine, after it finished).
     let killed_midway = loop {
-        let tmp = std::fs::read_dir(&t.f.cipher)
-            .unwrap()
-            .any(|e| e.unwrap().file_name().to_string_lossy().starts_with("cloakfs.share.tmp."));
+        let tmp = std::fs::read_dir(&t.f.cipher).unwrap().any(|e| {
+            e.unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("cloakfs.share.tmp.")
+        });
         if tmp {
             child.kill().unwrap();
             break true;
@@ -380,11 +423,7 @@ fn bad_input_fails_with_one_clear_line() {
         2,
         "only recipient",
     );
-    assert_fails(
-        &offline(&["list", "nothing-here"]),
-        5,
-        "no such file",
-    );
+    assert_fails(&offline(&["list", "nothing-here"]), 5, "no such file");
 
     // A volume that is not a sharing one.
     let plain = Fixture::new();
@@ -415,7 +454,13 @@ fn new_files_inherit_a_directory_s_default_recipients() {
     let mb = t.mount(&t.bob, "bob");
     let reports = ma.0.join("reports");
     std::fs::create_dir(&reports).unwrap();
-    ok(&cloakfs(&["share", "default", s(&reports), "--recipient", &t.bob.1]));
+    ok(&cloakfs(&[
+        "share",
+        "default",
+        s(&reports),
+        "--recipient",
+        &t.bob.1,
+    ]));
     assert_eq!(
         ok(&cloakfs(&["share", "default", s(&reports)])).trim(),
         t.bob.1
@@ -456,13 +501,21 @@ fn new_files_inherit_a_directory_s_default_recipients() {
     };
     ok(&offline(&["reports", "--recipient", &t.carol.1]));
     assert_eq!(ok(&offline(&["reports"])).trim(), t.carol.1);
-    assert_fails(&offline(&["private.txt", "--recipient", &t.carol.1]), 2, "not a directory");
+    assert_fails(
+        &offline(&["private.txt", "--recipient", &t.carol.1]),
+        2,
+        "not a directory",
+    );
 
     // fsck as bob: the files not shared with him are counted, not reported as damage.
-    let out = t.f.run(&["fsck", s(&t.f.cipher), "--identity", s(&t.bob.0)]);
+    let out =
+        t.f.run(&["fsck", s(&t.f.cipher), "--identity", s(&t.bob.0)]);
     let text = ok(&out);
     assert!(text.contains("no problems"), "{text}");
-    assert!(text.contains("2 files are not shared with the identity given"), "{text}");
+    assert!(
+        text.contains("2 files are not shared with the identity given"),
+        "{text}"
+    );
 }
 
 fn xattr_names(p: &Path) -> Vec<String> {

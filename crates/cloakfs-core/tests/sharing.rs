@@ -80,7 +80,10 @@ fn header(backing: &Path) -> SharedHeader {
 }
 
 fn put_header(backing: &Path, h: &SharedHeader) {
-    let f = std::fs::OpenOptions::new().write(true).open(backing).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(backing)
+        .unwrap();
     f.write_all_at(&h.to_bytes().unwrap(), 0).unwrap();
 }
 
@@ -94,7 +97,10 @@ fn a_forged_or_moved_entry_is_refused() {
     let a = w.write_file(Path::new("a"), b"file a").unwrap();
     let b = w.write_file(Path::new("b"), b"file b").unwrap();
     cloakfs_core::tools::share::add(&va, &a, &carol.public()).unwrap();
-    assert_eq!(read_all(&open_as(tmp.path(), &carol), &a).unwrap(), b"file a");
+    assert_eq!(
+        read_all(&open_as(tmp.path(), &carol), &a).unwrap(),
+        b"file a"
+    );
 
     // Bob holds the volume key (he is a member) but not b's file key: he adds himself to b
     // with a key of his own choosing. Alice's (authentic) entry then fails the list MAC.
@@ -214,7 +220,11 @@ fn cost_of_a_shared_file_against_a_normal_one() {
         let again = thread_cpu() - t2;
         let size = std::fs::metadata(&files[0]).unwrap().len();
         if let FileKeySource::Wrapped(k) = reader.content().key_source() {
-            assert_eq!(k.unwrap_count(), N as u64, "one unwrap per file, then cached");
+            assert_eq!(
+                k.unwrap_count(),
+                N as u64,
+                "one unwrap per file, then cached"
+            );
             assert_eq!(size, 4096 + 4096 + 28);
             assert_eq!(header(&files[0]).grants.len(), 3);
         } else {

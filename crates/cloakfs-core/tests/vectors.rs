@@ -1421,7 +1421,8 @@ fn shared_file() -> (Vec<u8>, Vec<u8>) {
     .unwrap();
     let bytes = header.to_bytes().unwrap();
     let codec = ContentCodec::new_wrapped(ContentSuite::Aes256Gcm, 4096, false, None);
-    let cipher = codec.cipher_from_file_key(file_id(), &SecretBytes::from_slice(&shared_file_key()));
+    let cipher =
+        codec.cipher_from_file_key(file_id(), &SecretBytes::from_slice(&shared_file_key()));
     let mut block = vec![0u8; PARTIAL_PLAIN.len() + 28];
     cipher.seal_with_nonce(0, &gcm_nonce(), PARTIAL_PLAIN, &mut block);
     (bytes, block)
@@ -1441,7 +1442,12 @@ fn shared_header_vectors() {
     let f = file_id().0;
     // Computed again from the primitives, as section 17 states them.
     let block_key = hkdf(&fk, None, &[b"cloakfs v1 file".as_slice(), &f].concat(), 32);
-    let list_key = hkdf(&fk, None, &[b"cloakfs v1 share-list".as_slice(), &f].concat(), 32);
+    let list_key = hkdf(
+        &fk,
+        None,
+        &[b"cloakfs v1 share-list".as_slice(), &f].concat(),
+        32,
+    );
     let entry = fs::read(vectors_dir().join("shared-entry.age")).unwrap();
     let mut body = Vec::new();
     body.extend_from_slice(&2u16.to_be_bytes());

@@ -220,7 +220,13 @@ impl CloakFs {
                 Ok(Vec::new())
             }
             None => share::read_default(&self.volume, &dir)
-                .map(|r| r.iter().flat_map(|l| [l.as_bytes(), b"\n"]).flatten().copied().collect())
+                .map(|r| {
+                    r.iter()
+                        .flat_map(|l| [l.as_bytes(), b"\n"])
+                        .flatten()
+                        .copied()
+                        .collect()
+                })
                 .map_err(fail),
         }
     }

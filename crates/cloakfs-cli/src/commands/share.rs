@@ -118,9 +118,13 @@ fn default(a: DefaultArgs) -> Result<()> {
             if !volume.is_sharing() {
                 return Err(not_sharing(c));
             }
-            let dir = translate::lookup(&volume, c, &t.path, true).map_err(|e| located(&t.path, e))?;
+            let dir =
+                translate::lookup(&volume, c, &t.path, true).map_err(|e| located(&t.path, e))?;
             if !dir.is_dir() {
-                return Err(Failure::usage(format!("{}: not a directory", t.path.display())));
+                return Err(Failure::usage(format!(
+                    "{}: not a directory",
+                    t.path.display()
+                )));
             }
             if set {
                 let lines = if a.clear {
@@ -136,7 +140,10 @@ fn default(a: DefaultArgs) -> Result<()> {
         None => {
             let path = mounted(&t.path)?;
             if !path.is_dir() {
-                return Err(Failure::usage(format!("{}: not a directory", t.path.display())));
+                return Err(Failure::usage(format!(
+                    "{}: not a directory",
+                    t.path.display()
+                )));
             }
             if set {
                 rustix::fs::setxattr(

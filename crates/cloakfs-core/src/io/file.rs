@@ -193,8 +193,7 @@ impl ContentFile {
             return Ok(());
         };
         let mut st = self.write_state();
-        if !st.recipients.is_empty() || defaults.is_empty() || self.file.metadata()?.len() > 0
-        {
+        if !st.recipients.is_empty() || defaults.is_empty() || self.file.metadata()?.len() > 0 {
             return Ok(());
         }
         let mut all: Vec<String> = keys

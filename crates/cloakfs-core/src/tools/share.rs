@@ -235,8 +235,13 @@ pub fn write_default(volume: &Volume, dir: &Path, recipients: &[String]) -> Resu
     let sealed = volume
         .meta()
         .encrypt_xattr_value(&name, recipients.join("\n").as_bytes())?;
-    rustix::fs::setxattr(dir, name.as_slice(), &sealed, rustix::fs::XattrFlags::empty())
-        .map_err(|e| std::io::Error::from(e).into())
+    rustix::fs::setxattr(
+        dir,
+        name.as_slice(),
+        &sealed,
+        rustix::fs::XattrFlags::empty(),
+    )
+    .map_err(|e| std::io::Error::from(e).into())
 }
 
 /// Copies the default recipients of directory `from` to the new directory `to` (a directory
@@ -246,8 +251,13 @@ pub fn inherit_default(volume: &Volume, from: &Path, to: &Path) -> Result<()> {
     let name = default_stored_name(volume)?;
     let mut buf = vec![0u8; 65536];
     match rustix::fs::getxattr(from, name.as_slice(), &mut buf) {
-        Ok(n) => rustix::fs::setxattr(to, name.as_slice(), &buf[..n], rustix::fs::XattrFlags::empty())
-            .map_err(|e| std::io::Error::from(e).into()),
+        Ok(n) => rustix::fs::setxattr(
+            to,
+            name.as_slice(),
+            &buf[..n],
+            rustix::fs::XattrFlags::empty(),
+        )
+        .map_err(|e| std::io::Error::from(e).into()),
         Err(rustix::io::Errno::NODATA) | Err(rustix::io::Errno::NOTSUP) => Ok(()),
         Err(e) => Err(std::io::Error::from(e).into()),
     }
