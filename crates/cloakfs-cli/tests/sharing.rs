@@ -425,6 +425,22 @@ fn bad_input_fails_with_one_clear_line() {
     );
     assert_fails(&offline(&["list", "nothing-here"]), 5, "no such file");
 
+    // Rekey of a sharing volume is refused (file keys are per file), and so is a sharing
+    // volume without a stored key (members are key slots).
+    assert_fails(
+        &t.f.run(&["rekey", s(&t.f.cipher), "--passfile", s(&t.f.pass)]),
+        2,
+        "rekey of a sharing volume is not supported",
+    );
+    let other = Fixture::bare();
+    let out = other.init(&["--sharing", "--no-stored-key"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("cannot be used with"),
+        "{}",
+        stderr(&out)
+    );
+
     // A volume that is not a sharing one.
     let plain = Fixture::new();
     let out = plain.run(&[
