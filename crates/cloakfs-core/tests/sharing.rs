@@ -1,4 +1,4 @@
-//! Per-file keys of a sharing volume (FORMAT.md section 17): the recipient list is
+//! Per-file keys of a sharing volume (FORMAT.md section 18): the recipient list is
 //! authenticated (a forged or moved entry is refused, never opened to garbage), an opened file
 //! key is kept (one public-key operation per file), and what a shared file costs against a
 //! normal one, in public-key operations, header bytes and CPU time (printed, not asserted).

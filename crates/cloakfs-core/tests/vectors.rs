@@ -1396,10 +1396,13 @@ fn reverse_view_vectors() {
         ("reverse.name", hello_in_sub.backing().to_string()),
         ("reverse.backing", hex(&backing)),
         ("block.partial.gcm-siv", hex(&partial)),
-// ---------------------------------------------------------------------------------------------
-// Section 17: the shared file header of a sharing volume.
+    ]);
+}
 
-/// The file key `FK` of the shared-file vectors (section 17.5).
+// ---------------------------------------------------------------------------------------------
+// Section 18: the shared file header of a sharing volume.
+
+/// The file key `FK` of the shared-file vectors (section 18.6).
 fn shared_file_key() -> [u8; 32] {
     seq(0x30)
 }
@@ -1440,7 +1443,7 @@ fn shared_header_vectors() {
     assert_eq!(header.len(), 4096);
     let fk = shared_file_key();
     let f = file_id().0;
-    // Computed again from the primitives, as section 17 states them.
+    // Computed again from the primitives, as section 18 states them.
     let block_key = hkdf(&fk, None, &[b"cloakfs v1 file".as_slice(), &f].concat(), 32);
     let list_key = hkdf(
         &fk,

@@ -11,7 +11,7 @@ use cloakfs_core::tools::{rekey, share, translate};
 use cloakfs_core::Volume;
 use std::path::{Path, PathBuf};
 
-/// The reserved xattr names a mount answers (FORMAT.md section 17.4).
+/// The reserved xattr names a mount answers (FORMAT.md section 18.4).
 pub mod xattr {
     /// Set: grant the file to the recipients in the value (one per line).
     pub const ADD: &str = "user.cloakfs.share.add";

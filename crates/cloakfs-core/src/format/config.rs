@@ -62,7 +62,7 @@ pub enum FileKeys {
     #[default]
     Derived,
     /// Random per file, wrapped with age to each of the file's recipients in its header
-    /// (`file_keys = "age"`: a sharing volume, FORMAT.md section 17).
+    /// (`file_keys = "age"`: a sharing volume, FORMAT.md section 18).
     Wrapped,
 }
 

@@ -9,7 +9,7 @@
 //!   still follows from its backing length alone (stat and listing need no read).
 //!
 //! Block keys are HKDF(FK, "cloakfs v1 file" || file ID) exactly as for derived keys, with FK
-//! in place of the volume's content key. docs/FORMAT.md section 17 has every byte.
+//! in place of the volume's content key. docs/FORMAT.md section 18 has every byte.
 
 use crate::crypto::keys::{label, HkdfKey};
 use crate::crypto::secret::SecretBytes;

@@ -1,4 +1,4 @@
-//! Sharing single files of a sharing volume (FORMAT.md section 17) without a mount: list a
+//! Sharing single files of a sharing volume (FORMAT.md section 18) without a mount: list a
 //! file's recipients, grant it to more, withdraw it from one (a fresh file key, the file
 //! re-encrypted and swapped in atomically), and export it as a standard age file.
 //!
@@ -197,7 +197,7 @@ pub fn export(
 }
 
 /// The xattr of a backing directory that holds its default recipients (FORMAT.md section
-/// 17.6), encrypted like any `user.` xattr under the volume key.
+/// 18.5), encrypted like any `user.` xattr under the volume key.
 pub const DEFAULT_XATTR: &str = "user.cloakfs.share.default";
 
 fn default_stored_name(volume: &Volume) -> Result<Vec<u8>> {
