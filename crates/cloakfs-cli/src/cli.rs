@@ -69,6 +69,9 @@ pub enum Command {
     Slots(crate::commands::slots::SlotsCommand),
     /// Make ~/.Private.enc (opened with your login password) and ~/Private for pam_cloakfs.
     SetupPrivate(crate::commands::setup_private::SetupPrivateArgs),
+    /// Share single files of a sharing volume with public keys (add, remove, list, export).
+    #[command(subcommand)]
+    Share(crate::commands::share::ShareCommand),
     /// Decrypt one file to standard output, without mounting.
     Cat(crate::commands::cat::CatArgs),
     /// Translate names between plaintext and cipher directory, without mounting.

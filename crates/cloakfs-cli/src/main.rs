@@ -119,6 +119,7 @@ fn main() -> ExitCode {
         Command::Passwd(a) => commands::passwd::run(a),
         Command::SetupPrivate(a) => commands::setup_private::run(a),
         Command::Slots(a) => commands::slots::run(a),
+        Command::Share(a) => commands::share::run(a),
         Command::Cat(a) => commands::cat::run(a),
         Command::Name(a) => commands::name::run(a),
         Command::Fsck(a) => commands::fsck::run(a),
@@ -156,6 +157,7 @@ fn reads_secret(command: &Command) -> bool {
         | Command::SetupPrivate(_)
         | Command::Passwd(_)
         | Command::Slots(_)
+        | Command::Share(_)
         | Command::Cat(_)
         | Command::Name(_)
         | Command::Fsck(_)

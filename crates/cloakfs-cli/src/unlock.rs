@@ -13,6 +13,7 @@ use crate::secret_input::{read_passphrase, read_secret_file, Confirm};
 use cloakfs_core::crypto::secret::Passphrase;
 use cloakfs_core::format::config::VolumeConfig;
 use cloakfs_core::format::encoding::b64;
+use cloakfs_core::format::filekey::Member;
 use cloakfs_core::known_volumes::{KnownVolumes, Pinned};
 use cloakfs_core::slots::recipient::{Identities, Loaded};
 use cloakfs_core::slots::recovery::RecoveryKey;
@@ -27,7 +28,53 @@ use zeroize::Zeroizing;
 pub fn unlock(args: &UnlockArgs, cipherdir: &Path) -> Result<Volume> {
     let config = VolumeConfig::load(cipherdir)?;
     let u = open_config(args, &config, cipherdir, |_| true)?;
-    into_volume(config, u)
+    join_as_member(args, into_volume(config, u)?)
+}
+
+/// A sharing volume opened with `--identity` opens its files as that member: the identities
+/// unwrap file keys, and new files are granted to the first identity's public key.
+pub fn join_as_member(args: &UnlockArgs, volume: Volume) -> Result<Volume> {
+    if !volume.is_sharing() || args.identity.is_empty() {
+        return Ok(volume);
+    }
+    let mut identities = Identities::new();
+    for p in &args.identity {
+        let raw = read_secret_file(p, "identity file", 1 << 20)?;
+        identities.add_file(&raw, &p.display().to_string(), TermCallbacks)?;
+    }
+    let recipient = public_key_of(&args.identity[0])?;
+    Ok(volume.join_as(Member::new(identities, recipient)?)?)
+}
+
+/// The public key of identity file `path`: an age identity's own, or an ssh key's from the
+/// `.pub` file next to it.
+fn public_key_of(path: &Path) -> Result<String> {
+    let raw = read_secret_file(path, "identity file", 1 << 20)?;
+    let text = std::str::from_utf8(&raw).unwrap_or_default();
+    if text.contains("PRIVATE KEY-----") {
+        let mut pub_path = path.as_os_str().to_owned();
+        pub_path.push(".pub");
+        return std::fs::read_to_string(&pub_path)
+            .map(|s| s.trim().to_string())
+            .map_err(|e| {
+                Failure::usage(format!(
+                    "cannot tell the public key of ssh key {}: {} ({e})",
+                    path.display(),
+                    Path::new(&pub_path).display()
+                ))
+            });
+    }
+    for line in text.lines().map(str::trim) {
+        if line.starts_with("AGE-SECRET-KEY-") {
+            if let Ok(id) = line.parse::<age::x25519::Identity>() {
+                return Ok(id.to_public().to_string());
+            }
+        }
+    }
+    Err(Failure::usage(format!(
+        "identity file {} holds no age X25519 identity whose public key could own new files",
+        path.display()
+    )))
 }
 
 /// Checks the key that opened the volume at `cipherdir` against the one this machine

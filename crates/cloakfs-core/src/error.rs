@@ -54,6 +54,10 @@ pub enum Error {
     /// (key pinning): its config may have been replaced.
     #[error("{0}")]
     KeyChanged(String),
+    /// A shared file that the identity in use has no entry for (or a sharing volume opened
+    /// without an identity): EACCES, whatever the Unix permissions say.
+    #[error("permission denied: {0}")]
+    AccessDenied(String),
     /// An operating-system error.
     #[error("{0}")]
     Io(#[from] io::Error),
@@ -66,6 +70,7 @@ impl Error {
             Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
             Error::InvalidName => libc::EINVAL,
             Error::NameTooLong => libc::ENAMETOOLONG,
+            Error::AccessDenied(_) => libc::EACCES,
             _ => libc::EIO,
         }
     }

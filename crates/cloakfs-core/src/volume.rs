@@ -4,8 +4,9 @@ use crate::crypto::kdf::Argon2Params;
 use crate::crypto::keys::{label, MasterKey};
 use crate::crypto::secret::Passphrase;
 use crate::error::{Error, Result};
-use crate::format::config::{SlotRandomness, VolumeConfig, VolumeParams, CONFIG_FILE};
+use crate::format::config::{FileKeys, SlotRandomness, VolumeConfig, VolumeParams, CONFIG_FILE};
 use crate::format::content::ContentCodec;
+use crate::format::filekey::Member;
 use crate::format::meta::MetaCodec;
 use crate::format::names::{DirId, NameCodec};
 use std::path::Path;
@@ -28,12 +29,17 @@ impl Volume {
         config.verify(mk)?;
         let p = &config.params;
         let id = &p.volume_id;
-        let content = Arc::new(ContentCodec::new(
-            p.content,
-            p.block_size,
-            p.strict_holes,
-            mk.subkey(id, label::CONTENT),
-        ));
+        let content = Arc::new(match p.file_keys {
+            FileKeys::Derived => ContentCodec::new(
+                p.content,
+                p.block_size,
+                p.strict_holes,
+                mk.subkey(id, label::CONTENT),
+            ),
+            FileKeys::Wrapped => {
+                ContentCodec::new_wrapped(p.content, p.block_size, p.strict_holes, None)
+            }
+        });
         let names = NameCodec::new(mk.subkey(id, label::NAMES), p.long_name_max);
         let meta = MetaCodec::new(
             mk.subkey(id, label::METADATA),
@@ -121,6 +127,29 @@ impl Volume {
             Some(kek) => v.with_unlocked_slot(u.slot_id, kek),
             None => v,
         })
+    }
+
+    /// Whether this is a sharing volume (each file's key wrapped to its recipients).
+    pub fn is_sharing(&self) -> bool {
+        self.config.params.file_keys == FileKeys::Wrapped
+    }
+
+    /// Opens the files of a sharing volume as `member` (whose identities unwrap file keys,
+    /// and to whom new files are granted). Refused on a volume that is not sharing.
+    pub fn join_as(mut self, member: Member) -> Result<Self> {
+        if !self.is_sharing() {
+            return Err(Error::Refused(
+                "this volume is not a sharing volume (made without --sharing)".into(),
+            ));
+        }
+        let p = &self.config.params;
+        self.content = Arc::new(ContentCodec::new_wrapped(
+            p.content,
+            p.block_size,
+            p.strict_holes,
+            Some(member),
+        ));
+        Ok(self)
     }
 
     /// Records which slot opened the volume and that slot's KEK, so `rekey` can re-wrap the

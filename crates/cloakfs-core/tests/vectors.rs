@@ -132,6 +132,7 @@ fn params() -> VolumeParams {
         block_size: BLOCK_SIZE,
         long_name_max: 255,
         strict_holes: false,
+        file_keys: Default::default(),
     }
 }
 
@@ -157,6 +158,26 @@ fn config() -> VolumeConfig {
 // Expected values (each must also appear verbatim in docs/FORMAT.md).
 
 const EXPECTED: &[(&str, &str)] = &[
+    (
+        "shared.key.block",
+        "4cf8a2edaf5bf47cf256164a04713659092e8a8d20f6973d65b634efc3963eb3",
+    ),
+    (
+        "shared.key.list",
+        "36731638349736e8525919966b49128df31fca367f385cef04b64e160e4a67af",
+    ),
+    (
+        "shared.header.mac",
+        "c9185f4d0812760e1a3c8cf76eba09f02e3fd695b91f9d89907e93c1f71af360",
+    ),
+    (
+        "shared.header.sha256",
+        "8bf0cd8ae3b65c37c31031c72445f70ce00ddec562e8c7ded15a01358f085943",
+    ),
+    (
+        "shared.block0",
+        "606162636465666768696a6b4a96c30a3809b523166356e68cda7eda66abf239541896a31c657e51bff891fff22d812cac29",
+    ),
     ("header", "0001f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff"),
     ("aad.block0", "f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff0000000000000000"),
     ("aad.block2", "f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff0000000000000002"),
@@ -1375,5 +1396,125 @@ fn reverse_view_vectors() {
         ("reverse.name", hello_in_sub.backing().to_string()),
         ("reverse.backing", hex(&backing)),
         ("block.partial.gcm-siv", hex(&partial)),
+    ]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Section 18: the shared file header of a sharing volume.
+
+/// The file key `FK` of the shared-file vectors (section 18.6).
+fn shared_file_key() -> [u8; 32] {
+    seq(0x30)
+}
+
+/// The committed shared backing file: its header grants `FK` to the age recipient of 15.1
+/// (the age file `tests/vectors/shared-entry.age`, made once with Debian's `age`), then one
+/// partial block (the partial plaintext of 15.1 as block 0, AES-256-GCM nonce of 15.1).
+fn shared_file() -> (Vec<u8>, Vec<u8>) {
+    use cloakfs_core::format::filekey::{Grant, SharedHeader};
+    let entry = fs::read(vectors_dir().join("shared-entry.age")).unwrap();
+    let header = SharedHeader::seal(
+        &shared_file_key(),
+        file_id(),
+        vec![Grant {
+            recipient: AGE_RECIPIENT.to_string(),
+            age: entry,
+        }],
+    )
+    .unwrap();
+    let bytes = header.to_bytes().unwrap();
+    let codec = ContentCodec::new_wrapped(ContentSuite::Aes256Gcm, 4096, false, None);
+    let cipher =
+        codec.cipher_from_file_key(file_id(), &SecretBytes::from_slice(&shared_file_key()));
+    let mut block = vec![0u8; PARTIAL_PLAIN.len() + 28];
+    cipher.seal_with_nonce(0, &gcm_nonce(), PARTIAL_PLAIN, &mut block);
+    (bytes, block)
+}
+
+fn vectors_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors")
+}
+
+#[test]
+fn shared_header_vectors() {
+    use cloakfs_core::format::filekey::{FileKeySource, Member, SharedHeader};
+    use cloakfs_core::slots::recipient;
+    let (header, block) = shared_file();
+    assert_eq!(header.len(), 4096);
+    let fk = shared_file_key();
+    let f = file_id().0;
+    // Computed again from the primitives, as section 18 states them.
+    let block_key = hkdf(&fk, None, &[b"cloakfs v1 file".as_slice(), &f].concat(), 32);
+    let list_key = hkdf(
+        &fk,
+        None,
+        &[b"cloakfs v1 share-list".as_slice(), &f].concat(),
+        32,
+    );
+    let entry = fs::read(vectors_dir().join("shared-entry.age")).unwrap();
+    let mut body = Vec::new();
+    body.extend_from_slice(&2u16.to_be_bytes());
+    body.extend_from_slice(&f);
+    body.extend_from_slice(&1u16.to_be_bytes());
+    body.extend_from_slice(&(AGE_RECIPIENT.len() as u16).to_be_bytes());
+    body.extend_from_slice(AGE_RECIPIENT.as_bytes());
+    body.extend_from_slice(&(entry.len() as u16).to_be_bytes());
+    body.extend_from_slice(&entry);
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&list_key).unwrap();
+    mac.update(b"cloakfs shared header v2\n");
+    mac.update(&body);
+    let mac = mac.finalize().into_bytes();
+    assert_eq!(&header[..body.len()], &body[..]);
+    assert_eq!(&header[body.len()..body.len() + 32], &mac[..]);
+    assert!(header[body.len() + 32..].iter().all(|&b| b == 0));
+    let gcm = Aes256Gcm::new_from_slice(&block_key).unwrap();
+    let mut ct = PARTIAL_PLAIN.to_vec();
+    let tag = gcm
+        .encrypt_in_place_detached(
+            (&gcm_nonce()).into(),
+            &[f.as_slice(), &0u64.to_be_bytes()].concat(),
+            &mut ct,
+        )
+        .unwrap();
+    assert_eq!(block, [gcm_nonce().as_slice(), &ct, &tag].concat());
+
+    // The identity of 15.1 opens the committed file through cloakfs's own reader.
+    let mut ids = recipient::Identities::new();
+    ids.add_file(AGE_IDENTITY.as_bytes(), "vector", age::NoCallbacks)
+        .unwrap();
+    let member = Member::new(ids, AGE_RECIPIENT.to_string()).unwrap();
+    let codec = Arc::new(ContentCodec::new_wrapped(
+        ContentSuite::Aes256Gcm,
+        4096,
+        false,
+        Some(member),
+    ));
+    let committed = fs::read(vectors_dir().join("shared-file.bin"));
+    let whole = [header.clone(), block.clone()].concat();
+    if std::env::var_os("GENERATE_SHARED_VECTOR").is_some() {
+        fs::write(vectors_dir().join("shared-file.bin"), &whole).unwrap();
+    } else {
+        assert_eq!(committed.unwrap(), whole, "tests/vectors/shared-file.bin");
+    }
+    let cf = ContentFile::open(
+        codec.clone(),
+        fs::File::open(vectors_dir().join("shared-file.bin")).unwrap(),
+    )
+    .unwrap();
+    let mut out = vec![0u8; PARTIAL_PLAIN.len()];
+    assert_eq!(cf.read_at(0, &mut out).unwrap(), PARTIAL_PLAIN.len());
+    assert_eq!(out, PARTIAL_PLAIN);
+    let FileKeySource::Wrapped(keys) = codec.key_source() else {
+        panic!("wrapped")
+    };
+    assert_eq!(keys.unwrap_count(), 1);
+    assert!(SharedHeader::parse(&header).unwrap().verify(&fk).is_ok());
+
+    check(&[
+        ("shared.key.block", hex(&block_key)),
+        ("shared.key.list", hex(&list_key)),
+        ("shared.header.mac", hex(&mac)),
+        ("shared.header.sha256", hex(&Sha256::digest(&header))),
+        ("shared.block0", hex(&block)),
     ]);
 }

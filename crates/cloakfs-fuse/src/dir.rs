@@ -314,6 +314,15 @@ impl CloakFs {
             // Made durable after the reply, but before any rename, link or fsync (durable.rs).
             let id_file = sys::write_new(dfd.as_fd(), DIRID_FILE, &id.0, DIRID_MODE, false)
                 .map_err(|e| sys::io_errno(&e))?;
+            // A directory made below inherits its parent's default recipients.
+            if self.codec.key_source().is_wrapped() {
+                cloakfs_core::tools::share::inherit_default(
+                    &self.volume,
+                    std::path::Path::new(&sys::proc_path(pfd)),
+                    std::path::Path::new(&sys::proc_path(dfd.as_fd())),
+                )
+                .map_err(|e| Errno::from_i32(e.errno()))?;
+            }
             if let Some((uid, gid)) = owner {
                 chown(dfd.as_fd(), DIRID_FILE, uid, gid)?;
                 chown(dfd.as_fd(), "", uid, gid)?;

@@ -243,6 +243,9 @@ impl CloakFs {
                 return Err(self.fail(&e, inode.fd(), None));
             }
         };
+        if let Err(e) = file.inherit(&self.default_recipients(&p)) {
+            tracing::warn!("{}: default recipients: {e}", sys::describe(inode.fd()));
+        }
         if flags & libc::O_TRUNC == 0 || file.size() == 0 {
             return Ok(attr);
         }

@@ -14,7 +14,11 @@ use rustix::fd::BorrowedFd;
 use rustix::fs::XattrFlags;
 use std::cell::RefCell;
 use std::ffi::OsStr;
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
+
+/// Names of the requests a mount of a sharing volume answers about a file's recipients.
+const SHARE_PREFIX: &[u8] = b"user.cloakfs.share.";
 
 /// Linux's largest xattr value and largest name list.
 const XATTR_MAX: usize = 65536;
@@ -146,7 +150,103 @@ impl CloakFs {
             .map_err(|e| Errno::from_i32(e.errno()))
     }
 
+    /// A request for the sharing of a file (`user.cloakfs.share.*`, FORMAT.md section 17.4),
+    /// done by this mount so open handles stay coherent: `add` grants the file to the keys in
+    /// `value`, `list` returns its recipients, one per line.
+    fn share_request(&self, ino: INodeNo, op: &[u8], value: Option<&[u8]>) -> Res<Vec<u8>> {
+        let inode = self.node(ino)?;
+        if !self.codec.key_source().is_wrapped() {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        if inode.kind == Kind::Dir && op == b"default" {
+            return self.share_default(&inode, value);
+        }
+        if inode.kind != Kind::File {
+            return Err(Errno::EISDIR);
+        }
+        let writable = value.is_some();
+        if writable {
+            self.writable()?;
+        }
+        let f = inode
+            .acquire(&self.codec, writable, self.read_only)
+            .map_err(|e| self.fail(&e, inode.fd(), None))?;
+        let result = match (op, value) {
+            (b"add", Some(v)) => std::str::from_utf8(v)
+                .map_err(|_| cloakfs_core::Error::InvalidName)
+                .and_then(cloakfs_core::format::filekey::recipient_lines)
+                .and_then(|more| f.grant(&more))
+                .map(|_| Vec::new()),
+            (b"list", None) => f.recipients().map(|r| {
+                r.iter()
+                    .flat_map(|l| [l.as_bytes(), b"\n"])
+                    .flatten()
+                    .copied()
+                    .collect()
+            }),
+            _ => {
+                drop(f);
+                inode.release();
+                return Err(enodata());
+            }
+        };
+        let out = result.map_err(|e| match e {
+            cloakfs_core::Error::Refused(_) | cloakfs_core::Error::InvalidName => Errno::EINVAL,
+            e => self.fail(&e, f.backing().as_fd(), Some("sharing")),
+        });
+        drop(f);
+        inode.release();
+        out
+    }
+
+    /// A directory's default recipients: set (`value`: recipient lines, empty to clear) or get.
+    fn share_default(&self, inode: &Inode, value: Option<&[u8]>) -> Res<Vec<u8>> {
+        use cloakfs_core::tools::share;
+        let dir = std::path::PathBuf::from(sys::proc_path(inode.fd()));
+        let fail = |e: cloakfs_core::Error| match e {
+            cloakfs_core::Error::Refused(_) | cloakfs_core::Error::InvalidName => Errno::EINVAL,
+            e => self.fail(&e, inode.fd(), Some("default recipients")),
+        };
+        match value {
+            Some(v) => {
+                self.writable()?;
+                let text = std::str::from_utf8(v).map_err(|_| Errno::EINVAL)?;
+                let lines = if text.trim().is_empty() {
+                    Vec::new()
+                } else {
+                    cloakfs_core::format::filekey::recipient_lines(text).map_err(fail)?
+                };
+                share::write_default(&self.volume, &dir, &lines).map_err(fail)?;
+                Ok(Vec::new())
+            }
+            None => share::read_default(&self.volume, &dir)
+                .map(|r| {
+                    r.iter()
+                        .flat_map(|l| [l.as_bytes(), b"\n"])
+                        .flatten()
+                        .copied()
+                        .collect()
+                })
+                .map_err(fail),
+        }
+    }
+
+    /// The default recipients of directory `parent`, which a file made in it is granted to.
+    pub(crate) fn default_recipients(&self, parent: &Inode) -> Vec<String> {
+        if !self.codec.key_source().is_wrapped() {
+            return Vec::new();
+        }
+        let dir = std::path::PathBuf::from(sys::proc_path(parent.fd()));
+        cloakfs_core::tools::share::read_default(&self.volume, &dir).unwrap_or_else(|e| {
+            tracing::warn!("{}: default recipients: {e}", sys::describe(parent.fd()));
+            Vec::new()
+        })
+    }
+
     pub(crate) fn get_xattr(&self, ino: INodeNo, name: &OsStr) -> Res<Vec<u8>> {
+        if let Some(op) = name.as_bytes().strip_prefix(SHARE_PREFIX) {
+            return self.share_request(ino, op, None);
+        }
         supported(name)?;
         let inode = self.node(ino)?;
         // No race-free way to reach a symlink's own xattrs, and Linux allows no user.* ones.
@@ -183,6 +283,9 @@ impl CloakFs {
         if position != 0 {
             return Err(Errno::EINVAL);
         }
+        if let Some(op) = name.as_bytes().strip_prefix(SHARE_PREFIX) {
+            return self.share_request(ino, op, Some(value)).map(drop);
+        }
         supported(name)?;
         let inode = self.node(ino)?;
         if inode.kind == Kind::Symlink {
@@ -216,6 +319,8 @@ impl CloakFs {
             let names = buf[..n].split(|&b| b == 0);
             for stored in names.filter(|s| !s.is_empty() && !is_lsm_label(s)) {
                 match self.volume.meta().decrypt_xattr_name(stored) {
+                    // A directory's default recipients are reached through `share default`.
+                    Ok(plain) if plain.starts_with(SHARE_PREFIX) => {}
                     Ok(plain) => {
                         out.extend_from_slice(&plain);
                         out.push(0);

@@ -125,6 +125,13 @@ fn print_text(report: &Report, repair: bool) {
             format!("{} problems, {} repaired", c.problems, c.repaired)
         }
     );
+    if c.not_shared > 0 {
+        println!(
+            "{} files are not shared with the identity given (their contents were not checked: \
+             run fsck with --identity of a member they are shared with)",
+            c.not_shared
+        );
+    }
 }
 
 /// Set by SIGINT/SIGTERM while a long offline operation runs (see [`Bar::catch_signals`]).

@@ -6,7 +6,7 @@ use crate::secret_input::read_new_passphrase;
 use clap::Args;
 use cloakfs_core::crypto::kdf::{Argon2Params, DEFAULT_MEMORY_KIB};
 use cloakfs_core::crypto::secret::Passphrase;
-use cloakfs_core::format::config::VolumeParams;
+use cloakfs_core::format::config::{FileKeys, VolumeParams};
 use cloakfs_core::format::content::ContentSuite;
 use cloakfs_core::format::names::{LONG_NAME_MAX_DEFAULT, LONG_NAME_MAX_MIN};
 use cloakfs_core::known_volumes::KnownVolumes;
@@ -35,6 +35,10 @@ pub struct InitArgs {
     /// With --reverse: where to write the config instead of DIR/.cloakfs.reverse.conf.
     #[arg(long, value_name = "FILE", requires = "reverse")]
     pub config: Option<PathBuf>,
+    /// A sharing volume: every file gets its own random key, granted to members' public keys
+    /// one file at a time (`cloakfs share`); members are key slots (`slots add --recipient`).
+    #[arg(long, conflicts_with_all = ["no_stored_key", "reverse"])]
+    pub sharing: bool,
     /// Treat all-zero blocks as tampering instead of holes (sparse files then take space).
     #[arg(long)]
     pub strict_holes: bool,
@@ -85,6 +89,9 @@ fn volume_params(args: &InitArgs) -> VolumeParams {
         ContentSuite::from_name(c).expect("clap checked the name")
     });
     params.strict_holes = args.strict_holes;
+    if args.sharing {
+        params.file_keys = FileKeys::Wrapped;
+    }
     params.long_name_max = args.long_name_max;
     params
 }

@@ -17,5 +17,6 @@ pub mod reverse;
 pub mod run;
 pub mod serve;
 pub mod setup_private;
+pub mod share;
 pub mod slots;
 pub mod unmount;

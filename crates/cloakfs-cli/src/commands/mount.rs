@@ -5,6 +5,7 @@ use crate::daemon;
 use crate::failure::{code, Failure, Result};
 use crate::mount_options::{self, ParsedOptions};
 use clap::Args;
+use cloakfs_core::format::config::FileKeys;
 use cloakfs_core::format::config::VolumeConfig;
 use cloakfs_fuse::MountOptions;
 use std::path::{Path, PathBuf};
@@ -62,7 +63,16 @@ pub struct MountArgs {
 pub fn run(args: MountArgs) -> Result<()> {
     let o = mount_options::parse(&args.options)?;
     let (cipherdir, mountpoint) = check_before_unlock(&args.cipherdir, &args.mountpoint, &o)?;
-    let volume = crate::unlock::unlock(&with_option_secrets(&args.unlock, &o), &cipherdir)?;
+    let unlock = with_option_secrets(&args.unlock, &o);
+    if unlock.identity.is_empty()
+        && VolumeConfig::load(&cipherdir).is_ok_and(|c| c.params.file_keys == FileKeys::Wrapped)
+    {
+        return Err(Failure::usage(
+            "this is a sharing volume: mount it with --identity (your age identity or ssh \
+             private key), as the member who opens and owns files",
+        ));
+    }
+    let volume = crate::unlock::unlock(&unlock, &cipherdir)?;
 
     let mut mo = fuse_options(&cipherdir, &o, args.threads, args.cache_timeout);
     // Before daemonizing: the daemon leads a session of its own.

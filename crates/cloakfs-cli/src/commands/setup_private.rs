@@ -74,6 +74,7 @@ pub fn run(args: SetupPrivateArgs) -> Result<()> {
         no_stored_key: false,
         cipher: None,
         reverse: false,
+        sharing: false,
         config: None,
         strict_holes: false,
         long_name_max: cloakfs_core::format::names::LONG_NAME_MAX_DEFAULT,

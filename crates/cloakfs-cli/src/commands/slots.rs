@@ -323,7 +323,7 @@ fn remove(args: RemoveArgs) -> Result<()> {
 }
 
 /// Parses `--recipient` values: a key string, or a file of them.
-fn recipients_text(values: &[String]) -> Result<String> {
+pub(crate) fn recipients_text(values: &[String]) -> Result<String> {
     let mut text = String::new();
     for v in values {
         let p = Path::new(v);

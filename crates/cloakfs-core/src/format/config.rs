@@ -51,6 +51,19 @@ pub struct VolumeParams {
     pub long_name_max: usize,
     /// Whether an all-zero block is tampering (strict) rather than a hole.
     pub strict_holes: bool,
+    /// Where each file's content key comes from (volume field `file_keys`).
+    pub file_keys: FileKeys,
+}
+
+/// Where each file's content key comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FileKeys {
+    /// Derived from the volume's content key and the file ID (field absent).
+    #[default]
+    Derived,
+    /// Random per file, wrapped with age to each of the file's recipients in its header
+    /// (`file_keys = "age"`: a sharing volume, FORMAT.md section 18).
+    Wrapped,
 }
 
 impl VolumeParams {
@@ -62,6 +75,7 @@ impl VolumeParams {
             block_size: 4096,
             long_name_max: LONG_NAME_MAX_DEFAULT,
             strict_holes: false,
+            file_keys: FileKeys::Derived,
         }
     }
 
@@ -79,11 +93,15 @@ impl VolumeParams {
             "sparse"
         };
         f.insert("holes".into(), holes.into());
+        if self.file_keys == FileKeys::Wrapped {
+            f.insert("file_keys".into(), "age".into());
+        }
         f
     }
 
     fn from_fields(f: &Fields) -> Result<Self> {
-        const KNOWN: [&str; 7] = [
+        const KNOWN: [&str; 8] = [
+            "file_keys",
             "format_version",
             "volume_id",
             "content_cipher",
@@ -135,12 +153,22 @@ impl VolumeParams {
                 )))
             }
         };
+        let file_keys = match f.get("file_keys").map(String::as_str) {
+            None => FileKeys::Derived,
+            Some("age") => FileKeys::Wrapped,
+            Some(other) => {
+                return Err(Error::ConfigDamaged(format!(
+                    "unknown file_keys {other:?} (made by a newer cloakfs?)"
+                )))
+            }
+        };
         Ok(Self {
             volume_id: parse_b64(f, "volume_id")?,
             content,
             block_size,
             long_name_max,
             strict_holes,
+            file_keys,
         })
     }
 }

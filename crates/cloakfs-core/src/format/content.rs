@@ -20,10 +20,13 @@
 //! AES-GCM time. Measurements are in docs/PERFORMANCE.md.
 
 use crate::crypto::gcm::GcmKey;
-use crate::crypto::keys::{label, HkdfKey};
+use crate::crypto::keys::HkdfKey;
 use crate::crypto::locked::LockedBox;
 use crate::crypto::secret::SecretBytes;
 use crate::error::{Error, Result};
+use crate::format::filekey::{
+    random_file_key, DerivedKeys, FileKeySource, Member, OpenedHeader, SharedHeader, WrappedKeys,
+};
 use crate::format::layout::{Layout, HEADER_LEN};
 use chacha20poly1305::aead::{AeadInPlace, KeyInit};
 use chacha20poly1305::XChaCha20Poly1305;
@@ -137,8 +140,8 @@ pub struct ContentCodec {
     suite: ContentSuite,
     layout: Layout,
     strict_holes: bool,
-    /// The content key, extracted once: per-file keys are its expansions.
-    files: HkdfKey,
+    /// Where each file's key comes from (the content key, extracted once, or the header).
+    keys: FileKeySource,
 }
 
 impl std::fmt::Debug for ContentCodec {
@@ -147,6 +150,7 @@ impl std::fmt::Debug for ContentCodec {
             .field("suite", &self.suite)
             .field("layout", &self.layout)
             .field("strict_holes", &self.strict_holes)
+            .field("keys", &self.keys)
             .finish_non_exhaustive()
     }
 }
@@ -163,8 +167,98 @@ impl ContentCodec {
             suite,
             layout: Layout::new(block_size, suite.overhead()),
             strict_holes,
-            files: HkdfKey::new(None, key.expose()),
+            keys: FileKeySource::Derived(DerivedKeys(HkdfKey::new(None, key.expose()))),
         }
+    }
+
+    /// A codec of a sharing volume: every file's key is random and wrapped to its recipients
+    /// in its header, opened with `member`'s identities (`None`: no file opens).
+    pub fn new_wrapped(
+        suite: ContentSuite,
+        block_size: u64,
+        strict_holes: bool,
+        member: Option<Member>,
+    ) -> Self {
+        let keys = FileKeySource::Wrapped(WrappedKeys::new(member));
+        Self {
+            suite,
+            layout: Layout::new(block_size, suite.overhead()).with_header_len(keys.header_len()),
+            strict_holes,
+            keys,
+        }
+    }
+
+    /// Where file keys come from.
+    pub fn key_source(&self) -> &FileKeySource {
+        &self.keys
+    }
+
+    /// The cipher of the file whose header is `header` ([`Layout::header_len`] bytes). A
+    /// shared file the member has no entry for is [`Error::AccessDenied`].
+    pub fn open_header(&self, header: &[u8]) -> Result<OpenedHeader> {
+        match &self.keys {
+            FileKeySource::Derived(_) => Ok(OpenedHeader {
+                cipher: self.file_cipher(FileHeader::parse(header)?.id),
+                recipients: Vec::new(),
+            }),
+            FileKeySource::Wrapped(w) => {
+                let h = SharedHeader::parse(header)?;
+                let fk = w.file_key(&h)?;
+                Ok(OpenedHeader {
+                    cipher: self.cipher_from_file_key(h.id, &fk),
+                    recipients: h.grants.into_iter().map(|g| g.recipient).collect(),
+                })
+            }
+        }
+    }
+
+    /// A fresh header with a new random file ID (and, shared, a new file key granted to
+    /// `recipients`, or to the member if there are none): its bytes and what it opens to.
+    pub fn fresh_header(&self, recipients: &[String]) -> Result<(Vec<u8>, OpenedHeader)> {
+        let id = FileId::random();
+        match &self.keys {
+            FileKeySource::Derived(_) => Ok((
+                FileHeader { id }.to_bytes().to_vec(),
+                OpenedHeader {
+                    cipher: self.file_cipher(id),
+                    recipients: Vec::new(),
+                },
+            )),
+            FileKeySource::Wrapped(w) => {
+                let own;
+                let recipients = if recipients.is_empty() {
+                    let member = w.member().ok_or_else(|| {
+                        Error::AccessDenied(
+                            "the volume was opened without a member identity".into(),
+                        )
+                    })?;
+                    own = [member.recipient().to_string()];
+                    &own[..]
+                } else {
+                    recipients
+                };
+                let fk = random_file_key();
+                let grants = recipients
+                    .iter()
+                    .map(|r| crate::format::filekey::grant(r, fk.expose()))
+                    .collect::<Result<Vec<_>>>()?;
+                let header = SharedHeader::seal(fk.expose(), id, grants)?;
+                w.remember(id, &fk);
+                Ok((
+                    header.to_bytes()?,
+                    OpenedHeader {
+                        cipher: self.cipher_from_file_key(id, &fk),
+                        recipients: recipients.to_vec(),
+                    },
+                ))
+            }
+        }
+    }
+
+    /// The cipher of shared file `id` with file key `fk`.
+    pub fn cipher_from_file_key(&self, id: FileId, fk: &SecretBytes<32>) -> FileCipher {
+        let key = FileKeySource::block_key(&HkdfKey::new(None, fk.expose()), &id);
+        self.cipher_with_key(id, key)
     }
 
     /// Block geometry.
@@ -182,10 +276,19 @@ impl ContentCodec {
         self.strict_holes
     }
 
-    /// The cipher for the file with this ID. Its key and key schedule are built in locked
-    /// memory; the key bytes are wiped once the schedule is made.
+    /// The cipher for the file with this ID, its key derived from the volume's content key.
+    /// Its key and key schedule are built in locked memory; the key bytes are wiped once the
+    /// schedule is made. On a sharing volume (whose files have no derived key) use
+    /// [`ContentCodec::open_header`]: this then gives a cipher nothing was sealed with.
     pub fn file_cipher(&self, id: FileId) -> FileCipher {
-        let key: SecretBytes<32> = self.files.expand(label::FILE.as_bytes(), &id.0);
+        let key = match &self.keys {
+            FileKeySource::Derived(k) => FileKeySource::block_key(&k.0, &id),
+            FileKeySource::Wrapped(_) => SecretBytes::random(),
+        };
+        self.cipher_with_key(id, key)
+    }
+
+    fn cipher_with_key(&self, id: FileId, key: SecretBytes<32>) -> FileCipher {
         let aead = match self.suite {
             ContentSuite::Aes256Gcm => Aead::Gcm(GcmKey::new(key.expose())),
             ContentSuite::XChaCha20Poly1305 => Aead::XChaCha(LockedBox::new(|| {
@@ -460,7 +563,7 @@ impl FileCipher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crypto::keys::hkdf_expand;
+    use crate::crypto::keys::{hkdf_expand, label};
 
     const ALL_SUITES: [ContentSuite; 3] = [
         ContentSuite::Aes256Gcm,

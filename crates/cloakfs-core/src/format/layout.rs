@@ -4,7 +4,9 @@
 //! holds `block_size` plaintext bytes and occupies `block_size + overhead` backing bytes; the last
 //! may be shorter. An empty plaintext file is an empty backing file (no header).
 
-/// Length of the per-file header: 2-byte big-endian version, 16-byte file ID.
+/// Length of the per-file header whose key is derived from the volume key: 2-byte big-endian
+/// version, 16-byte file ID. Files whose key is wrapped to recipients have a longer header
+/// (the volume's [`Layout::header_len`], see `format::filekey`).
 pub const HEADER_LEN: u64 = 18;
 
 /// Why a backing length cannot be the length of a valid file.
@@ -21,6 +23,7 @@ pub enum LayoutError {
 pub struct Layout {
     block: u64,
     overhead: u64,
+    header: u64,
 }
 
 /// The plaintext blocks touched by a byte range.
@@ -38,7 +41,21 @@ impl Layout {
         Self {
             block: block_size,
             overhead,
+            header: HEADER_LEN,
         }
+    }
+
+    /// The same geometry behind a header of `header_len` bytes.
+    pub const fn with_header_len(self, header_len: u64) -> Self {
+        Self {
+            header: header_len,
+            ..self
+        }
+    }
+
+    /// Bytes before block 0.
+    pub const fn header_len(&self) -> u64 {
+        self.header
     }
 
     /// Plaintext bytes per block.
@@ -58,7 +75,7 @@ impl Layout {
 
     /// Backing offset where block `n` starts.
     pub const fn cipher_offset(&self, n: u64) -> u64 {
-        HEADER_LEN + n * self.cipher_block_size()
+        self.header + n * self.cipher_block_size()
     }
 
     /// Plaintext offset where block `n` starts.
@@ -100,7 +117,7 @@ impl Layout {
         let full = size / self.block;
         let rest = size % self.block;
         let tail = if rest > 0 { rest + self.overhead } else { 0 };
-        HEADER_LEN + full * self.cipher_block_size() + tail
+        self.header + full * self.cipher_block_size() + tail
     }
 
     /// Plaintext length of a backing file of `cipher_len` bytes.
@@ -108,10 +125,10 @@ impl Layout {
         if cipher_len == 0 {
             return Ok(0);
         }
-        if cipher_len < HEADER_LEN {
+        if cipher_len < self.header {
             return Err(LayoutError::TruncatedHeader);
         }
-        let body = cipher_len - HEADER_LEN;
+        let body = cipher_len - self.header;
         let full = body / self.cipher_block_size();
         let rest = body % self.cipher_block_size();
         match rest {
@@ -127,7 +144,7 @@ impl Layout {
         match self.plain_size(cipher_len) {
             Ok(s) => s,
             Err(_) => {
-                let body = cipher_len.saturating_sub(HEADER_LEN);
+                let body = cipher_len.saturating_sub(self.header);
                 body / self.cipher_block_size() * self.block
             }
         }
@@ -151,6 +168,11 @@ mod tests {
         assert_eq!(L.plain_size(17), Err(LayoutError::TruncatedHeader));
         assert_eq!(L.plain_size(18 + 28), Err(LayoutError::TruncatedBlock));
         assert_eq!(L.plain_size_lenient(18 + 4124 + 5), 4096);
+        let shared = L.with_header_len(4096);
+        assert_eq!(shared.cipher_size(1), 4096 + 1 + 28);
+        assert_eq!(shared.plain_size(4096), Ok(0));
+        assert_eq!(shared.plain_size(4095), Err(LayoutError::TruncatedHeader));
+        assert_eq!(shared.cipher_offset(1), 4096 + 4124);
     }
 
     proptest! {

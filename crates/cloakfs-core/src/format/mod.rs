@@ -4,6 +4,7 @@
 pub mod config;
 pub mod content;
 pub mod encoding;
+pub mod filekey;
 pub mod layout;
 pub mod meta;
 pub mod names;

@@ -9,8 +9,9 @@
 //! `stream`).
 
 use crate::error::{Error, Result};
-use crate::format::content::{ContentCodec, FileCipher, FileHeader, FileId, FreshNonce};
-use crate::format::layout::{Layout, HEADER_LEN};
+use crate::format::content::{ContentCodec, FileCipher, FileId, FreshNonce};
+use crate::format::filekey::FileKeySource;
+use crate::format::layout::Layout;
 use crate::io::stream::{self, Batches};
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -51,6 +52,8 @@ struct State {
     /// opening a file does not touch the backing file's access time).
     loaded: bool,
     cipher: Option<FileCipher>,
+    /// Who the file's key is granted to (a shared file): a fresh header keeps them.
+    recipients: Vec<String>,
     /// Whether the file ID is known to be this file's own: drawn here, or one of the file's
     /// blocks authenticated under it. An ID found in a file of holes only proves nothing (a
     /// copied header): new data is never sealed under it (FORMAT.md 8.4).
@@ -92,16 +95,22 @@ impl ContentFile {
             written: Batches::default(),
             loaded: len == 0,
             cipher: None,
+            recipients: Vec::new(),
             id_owned: false,
             size: codec.layout().plain_size_lenient(len),
             holes: may_have_holes(&meta),
         };
-        Ok(Self {
+        let this = Self {
             codec,
             file,
             state: RwLock::new(state),
             read: Mutex::new(Batches::default()),
-        })
+        };
+        // Whether the file may be opened at all is decided by its header.
+        if this.codec.key_source().opens_at_open() {
+            this.load(&mut this.write_state())?;
+        }
+        Ok(this)
     }
 
     /// Reads and checks the header if not done yet.
@@ -111,13 +120,15 @@ impl ContentFile {
         }
         let len = self.file.metadata()?.len();
         if len > 0 {
-            if len < HEADER_LEN {
+            let header_len = self.layout().header_len();
+            if len < header_len {
                 return Err(tampered("file header truncated".into()));
             }
-            let mut h = [0u8; HEADER_LEN as usize];
+            let mut h = vec![0u8; header_len as usize];
             self.file.read_exact_at(&mut h, 0)?;
-            let header = FileHeader::parse(&h)?;
-            st.cipher = Some(self.codec.file_cipher(header.id));
+            let opened = self.codec.open_header(&h)?;
+            st.cipher = Some(opened.cipher);
+            st.recipients = opened.recipients;
         }
         st.loaded = true;
         Ok(())
@@ -167,6 +178,65 @@ impl ContentFile {
     /// The file ID, if the file has a header.
     pub fn file_id(&self) -> Result<Option<FileId>> {
         Ok(self.loaded_state()?.cipher.as_ref().map(FileCipher::id))
+    }
+
+    /// A shared file's recipients (empty for a file whose key is derived, or that has no
+    /// header yet and no recipients given).
+    pub fn recipients(&self) -> Result<Vec<String>> {
+        Ok(self.loaded_state()?.recipients.clone())
+    }
+
+    /// For a new shared file (no header yet, no recipients): grants its first data to the
+    /// member and to `defaults` (its directory's default recipients).
+    pub fn inherit(&self, defaults: &[String]) -> Result<()> {
+        let FileKeySource::Wrapped(keys) = self.codec.key_source() else {
+            return Ok(());
+        };
+        let mut st = self.write_state();
+        if !st.recipients.is_empty() || defaults.is_empty() || self.file.metadata()?.len() > 0 {
+            return Ok(());
+        }
+        let mut all: Vec<String> = keys
+            .member()
+            .map(|m| vec![m.recipient().to_string()])
+            .unwrap_or_default();
+        for d in defaults {
+            if !all.iter().any(|a| crate::format::filekey::same_key(a, d)) {
+                all.push(d.clone());
+            }
+        }
+        st.recipients = all;
+        Ok(())
+    }
+
+    /// Grants a shared file to `more` recipients (keys it has already are skipped); returns
+    /// how many were added. The header is re-sealed under the same file key and written in
+    /// place; open handles keep their cipher.
+    pub fn grant(&self, more: &[String]) -> Result<usize> {
+        let FileKeySource::Wrapped(keys) = self.codec.key_source() else {
+            return Err(Error::Refused(
+                "this volume is not a sharing volume (made without --sharing)".into(),
+            ));
+        };
+        let mut st = self.loaded_state_mut()?;
+        let header_len = self.layout().header_len();
+        let old = if self.file.metadata()?.len() >= header_len {
+            let mut h = vec![0u8; header_len as usize];
+            self.file.read_exact_at(&mut h, 0)?;
+            Some(h)
+        } else {
+            None
+        };
+        let (header, recipients, added) = keys.regrant(old.as_deref(), &st.recipients, more)?;
+        if added > 0 {
+            match old {
+                Some(_) => self.file.write_all_at(&header, 0)?,
+                None => self.write_header(&header)?,
+            }
+            self.file.sync_data()?;
+        }
+        st.recipients = recipients;
+        Ok(added)
     }
 
     /// Re-reads the size from the backing file (after it changed behind our back).
@@ -324,12 +394,10 @@ impl ContentFile {
             .min(layout.cipher_size(new_size));
         let overhead = layout.overhead() as usize;
 
-        // A new file's header goes out with its first blocks (then c_start is HEADER_LEN).
-        let prefix = match header {
-            Some(_) => HEADER_LEN as usize,
-            None => 0,
-        };
-        debug_assert!(header.is_none() || c_start == HEADER_LEN);
+        // A new file's header goes out with its first blocks (then c_start is the header
+        // length).
+        let prefix = header.as_ref().map_or(0, Vec::len);
+        debug_assert!(header.is_none() || c_start == layout.header_len());
         SEALED.with_borrow_mut(|buf| -> Result<()> {
             buf.resize(prefix + (c_end - c_start) as usize, 0);
             let (head, out) = buf.split_at_mut(prefix);
@@ -549,7 +617,7 @@ impl ContentFile {
 
     /// Writes a fresh `header` alone: a file without data becomes header-only; a file of
     /// holes keeps its length, since its holes read as zeros under any ID.
-    fn put_header(&self, st: &State, header: &[u8; HEADER_LEN as usize]) -> Result<()> {
+    fn put_header(&self, st: &State, header: &[u8]) -> Result<()> {
         if st.size == 0 {
             self.write_header(header)
         } else {
@@ -562,19 +630,18 @@ impl ContentFile {
     /// may write it ahead of its first block in one system call: whatever the backing file
     /// holds then (nothing, a header, or a header and fewer bytes than a sealed block's
     /// overhead) lies within that write, so nothing old survives it.
-    fn new_header(&self, st: &mut State) -> Result<Option<[u8; HEADER_LEN as usize]>> {
+    fn new_header(&self, st: &mut State) -> Result<Option<Vec<u8>>> {
         // A file without data gets a fresh ID every time: a failed first write may have
         // taken its header away again (put_back).
         if st.size > 0 && (st.id_owned || self.first_sealed_block_opens(st)?) {
             st.id_owned = true;
             return Ok(None);
         }
-        let header = FileHeader {
-            id: FileId::random(),
-        };
-        st.cipher = Some(self.codec.file_cipher(header.id));
+        let (header, opened) = self.codec.fresh_header(&st.recipients)?;
+        st.cipher = Some(opened.cipher);
+        st.recipients = opened.recipients;
         st.id_owned = true;
-        Ok(Some(header.to_bytes()))
+        Ok(Some(header))
     }
 
     /// Whether the file has a sealed (non-hole) block, after opening the first one: that
@@ -597,7 +664,7 @@ impl ContentFile {
                 &self.file,
                 rustix::fs::SeekFrom::Data(layout.cipher_offset(b)),
             ) {
-                Ok(at) => b = b.max(at.saturating_sub(HEADER_LEN) / cbs),
+                Ok(at) => b = b.max(at.saturating_sub(layout.header_len()) / cbs),
                 Err(rustix::io::Errno::NXIO) => return Ok(false),
                 // No SEEK_DATA here: read every block.
                 Err(_) => {}
@@ -621,10 +688,11 @@ impl ContentFile {
     }
 
     /// Writes `header` alone, leaving a header-only file.
-    fn write_header(&self, header: &[u8; HEADER_LEN as usize]) -> Result<()> {
-        self.reserve(self.file.metadata()?.len(), HEADER_LEN)?;
+    fn write_header(&self, header: &[u8]) -> Result<()> {
+        let len = header.len() as u64;
+        self.reserve(self.file.metadata()?.len(), len)?;
         self.file.write_all_at(header, 0)?;
-        self.file.set_len(HEADER_LEN)?;
+        self.file.set_len(len)?;
         Ok(())
     }
 
@@ -784,7 +852,8 @@ fn fallocate(file: &File, mode: i32, off: u64, len: u64) -> std::io::Result<()> 
 pub(crate) mod tests {
     use super::*;
     use crate::crypto::secret::SecretBytes;
-    use crate::format::content::ContentSuite;
+    use crate::format::content::{ContentSuite, FileHeader};
+    use crate::format::layout::HEADER_LEN;
     use proptest::prelude::*;
 
     fn codec(strict: bool) -> Arc<ContentCodec> {

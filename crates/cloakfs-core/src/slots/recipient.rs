@@ -124,6 +124,34 @@ pub fn encrypt_armored(recipients: &Recipients, data: &[u8]) -> Result<Vec<u8>> 
     Ok(out)
 }
 
+/// Writes a standard age file (ASCII-armored if `armor`) encrypted to `recipients` to `out`,
+/// its plaintext written by `fill`.
+pub fn encrypt_stream(
+    recipients: &Recipients,
+    armor: bool,
+    out: &mut dyn Write,
+    fill: &mut dyn FnMut(&mut dyn Write) -> Result<()>,
+) -> Result<()> {
+    use age::armor::{ArmoredWriter, Format};
+    let enc = age::Encryptor::with_recipients(
+        recipients
+            .list
+            .iter()
+            .map(|r| r.as_ref() as &dyn age::Recipient),
+    )
+    .map_err(|e| Error::Refused(format!("age: {e}")))?;
+    let format = if armor {
+        Format::AsciiArmor
+    } else {
+        Format::Binary
+    };
+    let armored = ArmoredWriter::wrap_output(out, format)?;
+    let mut w = enc.wrap_output(armored)?;
+    fill(&mut w)?;
+    w.finish()?.finish()?;
+    Ok(())
+}
+
 /// Decrypts an ASCII-armored (or binary) age file with `ids`: `None` if none of them is a
 /// recipient.
 pub fn decrypt_armored(data: &[u8], ids: &Identities) -> Result<Option<Zeroizing<Vec<u8>>>> {
@@ -158,7 +186,7 @@ pub enum Loaded {
 /// Identities loaded from identity files.
 #[derive(Default)]
 pub struct Identities {
-    list: Vec<Box<dyn age::Identity>>,
+    list: Vec<Box<dyn age::Identity + Send + Sync>>,
 }
 
 impl std::fmt::Debug for Identities {
@@ -230,7 +258,7 @@ impl Identities {
 pub fn decrypt(ct: &[u8], ids: &Identities) -> Result<Option<Zeroizing<Vec<u8>>>> {
     let dec = age::Decryptor::new_buffered(ct)
         .map_err(|e| Error::ConfigDamaged(format!("age data: {e}")))?;
-    let mut r = match dec.decrypt(ids.list.iter().map(|i| i.as_ref())) {
+    let mut r = match dec.decrypt(ids.list.iter().map(|i| i.as_ref() as &dyn age::Identity)) {
         Ok(r) => r,
         Err(age::DecryptError::NoMatchingKeys) => return Ok(None),
         Err(age::DecryptError::KeyDecryptionFailed) => {

@@ -8,8 +8,8 @@
 //! failed block is never handed out: its bytes in the output are zero.
 
 use crate::error::{Error, Result};
-use crate::format::content::{ContentCodec, FileCipher, FileHeader, FileId};
-use crate::format::layout::{Layout, LayoutError, HEADER_LEN};
+use crate::format::content::{ContentCodec, FileCipher, FileId};
+use crate::format::layout::{Layout, LayoutError};
 use rayon::prelude::*;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -88,15 +88,16 @@ impl BlockReader {
         let damage = layout.plain_size(backing_len).err();
         if damage == Some(LayoutError::TruncatedHeader) {
             return Err(Error::Tampered(format!(
-                "file header truncated ({backing_len} of {HEADER_LEN} bytes)"
+                "file header truncated ({backing_len} of {} bytes)",
+                layout.header_len()
             )));
         }
         let cipher = if backing_len == 0 {
             None
         } else {
-            let mut h = [0u8; HEADER_LEN as usize];
+            let mut h = vec![0u8; layout.header_len() as usize];
             file.read_exact_at(&mut h, 0)?;
-            Some(codec.file_cipher(FileHeader::parse(&h)?.id))
+            Some(codec.open_header(&h)?.cipher)
         };
         Ok(Self {
             file,

@@ -6,6 +6,7 @@ pub mod export;
 pub mod fsck;
 pub mod paths;
 pub mod rekey;
+pub mod share;
 pub mod translate;
 pub mod walk;
 pub mod writer;

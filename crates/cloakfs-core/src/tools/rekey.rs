@@ -394,6 +394,15 @@ pub fn start(
     progress: &dyn Progress,
 ) -> Result<Summary> {
     check_not_mounted(cipherdir)?;
+    if volume.is_sharing() {
+        // Its file contents are under per-file keys, not the master key; rekeying its names
+        // and metadata alone is not implemented yet.
+        return Err(Error::Refused(
+            "rekey of a sharing volume is not supported yet (file keys are per file: use \
+             `cloakfs share remove` to re-key a file)"
+                .into(),
+        ));
+    }
     let _lock = lock_volume(cipherdir)?;
     check_not_rekeying(cipherdir)?;
     if config_path(cipherdir).parent() != Some(cipherdir) {

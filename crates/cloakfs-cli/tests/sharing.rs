@@ -1,0 +1,545 @@
+//! Sharing single files with public keys (issue 24), end to end: real keys from Debian's
+//! `age-keygen` and `ssh-keygen`, real FUSE mounts of one cipher directory by several members
+//! at once, the `age` binary opening an export, and each bad input failing with one line.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "failed: {}{}",
+        stderr(out),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// An age identity made by `age-keygen`; returns its path and public key.
+fn age_key(dir: &Path, name: &str) -> (PathBuf, String) {
+    let p = dir.join(name);
+    let out = Command::new("age-keygen")
+        .arg("-o")
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "age-keygen: {}", stderr(&out));
+    let public = Command::new("age-keygen")
+        .arg("-y")
+        .arg(&p)
+        .output()
+        .unwrap();
+    (
+        p,
+        String::from_utf8(public.stdout).unwrap().trim().to_string(),
+    )
+}
+
+/// An unencrypted ssh-ed25519 key made by `ssh-keygen`; returns its path and public key.
+fn ssh_key(dir: &Path, name: &str) -> (PathBuf, String) {
+    let p = dir.join(name);
+    let out = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "ssh-keygen: {}", stderr(&out));
+    let public = std::fs::read_to_string(p.with_extension("pub"))
+        .or_else(|_| std::fs::read_to_string(format!("{}.pub", p.display())))
+        .unwrap();
+    (p, public.trim().to_string())
+}
+
+struct Team {
+    f: Fixture,
+    alice: (PathBuf, String),
+    bob: (PathBuf, String),
+    carol: (PathBuf, String),
+}
+
+/// A sharing volume with three members: alice and bob (age keys), carol (an ssh key).
+fn team() -> Team {
+    let f = Fixture::bare();
+    ok(&f.init(&["--sharing"]));
+    let dir = f.tmp.path().to_path_buf();
+    let team = Team {
+        alice: age_key(&dir, "alice.key"),
+        bob: age_key(&dir, "bob.key"),
+        carol: ssh_key(&dir, "carol_ed25519"),
+        f,
+    };
+    for (who, label) in [
+        (&team.alice, "alice"),
+        (&team.bob, "bob"),
+        (&team.carol, "carol"),
+    ] {
+        let recipient = if label == "carol" {
+            format!("{}.pub", who.0.display())
+        } else {
+            who.1.clone()
+        };
+        ok(&team.f.run(&[
+            "slots",
+            "add",
+            s(&team.f.cipher),
+            "--passfile",
+            s(&team.f.pass),
+            "--recipient",
+            &recipient,
+            "--label",
+            label,
+        ]));
+    }
+    team
+}
+
+impl Team {
+    fn mount(&self, who: &(PathBuf, String), name: &str) -> MountGuard {
+        let mnt = self.f.tmp.path().join(name);
+        std::fs::create_dir_all(&mnt).unwrap();
+        ok(&self
+            .f
+            .run(&["mount", "--identity", s(&who.0), s(&self.f.cipher), s(&mnt)]));
+        assert!(is_mounted(&mnt));
+        MountGuard(mnt)
+    }
+
+    fn cat(&self, who: &(PathBuf, String), path: &str) -> Output {
+        self.f
+            .run(&["cat", s(&self.f.cipher), path, "--identity", s(&who.0)])
+    }
+}
+
+fn denied(p: &Path) -> bool {
+    std::fs::read(p).is_err_and(|e| e.raw_os_error() == Some(libc::EACCES))
+}
+
+#[test]
+fn three_members_grant_read_list_export_and_revoke() {
+    let t = team();
+    let ma = t.mount(&t.alice, "alice");
+    let mb = t.mount(&t.bob, "bob");
+    let mc = t.mount(&t.carol, "carol");
+    std::fs::write(ma.0.join("plan.txt"), "plan\n").unwrap();
+
+    // Bob and carol see the name and the size, and get EACCES on open, never EIO or garbage.
+    for m in [&mb, &mc] {
+        let meta = std::fs::metadata(m.0.join("plan.txt")).unwrap();
+        assert_eq!(meta.len(), 5);
+        assert!(denied(&m.0.join("plan.txt")));
+        let w = std::fs::OpenOptions::new()
+            .write(true)
+            .open(m.0.join("plan.txt"));
+        assert_eq!(w.unwrap_err().raw_os_error(), Some(libc::EACCES));
+    }
+
+    // Granted through alice's mount: bob reads it in his.
+    let plan = ma.0.join("plan.txt");
+    ok(&cloakfs(&[
+        "share",
+        "add",
+        s(&plan),
+        "--recipient",
+        &t.bob.1,
+    ]));
+    assert_eq!(
+        std::fs::read_to_string(mb.0.join("plan.txt")).unwrap(),
+        "plan\n"
+    );
+    assert!(denied(&mc.0.join("plan.txt")));
+    // Carol by her ssh public key file.
+    ok(&cloakfs(&[
+        "share",
+        "add",
+        s(&plan),
+        "--recipient",
+        &format!("{}.pub", t.carol.0.display()),
+    ]));
+    assert_eq!(
+        std::fs::read_to_string(mc.0.join("plan.txt")).unwrap(),
+        "plan\n"
+    );
+
+    // The list, from any recipient's mount, in both forms.
+    let listed = ok(&cloakfs(&["share", "list", s(&mb.0.join("plan.txt"))]));
+    let lines: Vec<&str> = listed.lines().collect();
+    assert_eq!(
+        lines,
+        [t.alice.1.as_str(), t.bob.1.as_str(), t.carol.1.as_str()]
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&cloakfs(&["share", "list", s(&plan), "--json"]))).unwrap();
+    assert_eq!(json["recipients"].as_array().unwrap().len(), 3);
+    assert_eq!(json["verified"], true);
+
+    // Writes by a recipient keep the grants (O_TRUNC included). (Alice's mount may still
+    // serve its own page cache: two mounts of one directory are not coherent; read offline.)
+    std::fs::write(mb.0.join("plan.txt"), "plan v2\n").unwrap();
+    assert_eq!(ok(&t.cat(&t.alice, "plan.txt")), "plan v2\n");
+    assert_eq!(ok(&t.cat(&t.carol, "plan.txt")), "plan v2\n");
+
+    // An outsider gets a standard age file that the `age` binary opens.
+    let (dave, dave_pub) = age_key(t.f.tmp.path(), "dave.key");
+    let exported = t.f.tmp.path().join("plan.txt.age");
+    ok(&cloakfs(&[
+        "share",
+        "export",
+        s(&mb.0.join("plan.txt")),
+        "--recipient",
+        &dave_pub,
+        "-o",
+        s(&exported),
+    ]));
+    let out = Command::new("age")
+        .args(["-d", "-i"])
+        .arg(&dave)
+        .arg(&exported)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "plan v2\n",
+        "{}",
+        stderr(&out)
+    );
+
+    for m in [ma, mb, mc] {
+        m.unmount();
+    }
+
+    // Offline: bob reads it without a mount, then loses it; alice and carol keep it.
+    assert_eq!(ok(&t.cat(&t.bob, "plan.txt")), "plan v2\n");
+    let backing_before = only_file(&t.f.cipher);
+    let old_header = std::fs::read(&backing_before).unwrap()[..4096].to_vec();
+    ok(&t.f.run(&[
+        "share",
+        "remove",
+        "--volume",
+        s(&t.f.cipher),
+        "--identity",
+        s(&t.alice.0),
+        "plan.txt",
+        "--recipient",
+        &t.bob.1,
+    ]));
+    assert_fails(
+        &t.cat(&t.bob, "plan.txt"),
+        6,
+        "not shared with this identity",
+    );
+    assert_eq!(ok(&t.cat(&t.alice, "plan.txt")), "plan v2\n");
+    assert_eq!(ok(&t.cat(&t.carol, "plan.txt")), "plan v2\n");
+    // A fresh file ID (and key): bob's remembered header opens nothing written afterwards.
+    let new_header = std::fs::read(only_file(&t.f.cipher)).unwrap()[..4096].to_vec();
+    assert_ne!(old_header[2..18], new_header[2..18]);
+
+    // A backing file copied out of the volume opens with a recipient's key alone.
+    let copy = t.f.tmp.path().join("copied");
+    std::fs::copy(only_file(&t.f.cipher), &copy).unwrap();
+    let out = t.f.run(&[
+        "cat",
+        "--raw",
+        "--volume",
+        s(&t.f.cipher),
+        "--identity",
+        s(&t.carol.0),
+        s(&copy),
+    ]);
+    assert_eq!(ok(&out), "plan v2\n");
+}
+
+/// The one regular file in the root of a cipher directory.
+fn only_file(cipher: &Path) -> PathBuf {
+    let files: Vec<PathBuf> = std::fs::read_dir(cipher)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            !p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("cloakfs.")
+        })
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    files.into_iter().next().unwrap()
+}
+
+#[test]
+fn removal_killed_midway_leaves_the_old_file_readable() {
+    let t = team();
+    let ma = t.mount(&t.alice, "alice");
+    // Large enough that the re-encryption is still running when it is caught.
+    let data: Vec<u8> = (0..48u32 << 20).map(|i| (i * 7 + 3) as u8).collect();
+    std::fs::write(ma.0.join("big"), &data).unwrap();
+    ok(&cloakfs(&[
+        "share",
+        "add",
+        s(&ma.0.join("big")),
+        "--recipient",
+        &t.bob.1,
+    ]));
+    ma.unmount();
+
+    let mut child =
+        t.f.bin()
+            .args([
+                "share",
+                "remove",
+                "--volume",
+                s(&t.f.cipher),
+                "--identity",
+                s(&t.alice.0),
+                "big",
+                "--recipient",
+                &t.bob.1,
+            ])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+    // Caught once its temporary copy exists (or, on a fast machine, after it finished).
+    let killed_midway = loop {
+        let tmp = std::fs::read_dir(&t.f.cipher).unwrap().any(|e| {
+            e.unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("cloakfs.share.tmp.")
+        });
+        if tmp {
+            child.kill().unwrap();
+            break true;
+        }
+        if child.try_wait().unwrap().is_some() {
+            break false;
+        }
+        std::thread::yield_now();
+    };
+    child.wait().unwrap();
+    // Either the old file (bob still reads it) or the new one (he does not): never a mix.
+    let alice = t.cat(&t.alice, "big");
+    assert!(alice.status.success(), "{}", stderr(&alice));
+    assert!(alice.stdout == data, "alice reads the whole file");
+    let bob = t.cat(&t.bob, "big");
+    if bob.status.success() {
+        assert!(bob.stdout == data);
+    } else {
+        assert!(stderr(&bob).contains("not shared with this identity"));
+    }
+    eprintln!("killed midway: {killed_midway}");
+    // The mount ignores a leftover temporary (an internal name).
+    let ma = t.mount(&t.alice, "alice");
+    let names: Vec<String> = std::fs::read_dir(&ma.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["big"]);
+    ma.unmount();
+}
+
+#[test]
+fn bad_input_fails_with_one_clear_line() {
+    let t = team();
+    // A sharing volume needs a member identity to mount.
+    let out = t.f.run(&[
+        "mount",
+        "--passfile",
+        s(&t.f.pass),
+        s(&t.f.cipher),
+        s(&t.f.mnt),
+    ]);
+    assert_fails(&out, 2, "sharing volume: mount it with --identity");
+
+    let ma = t.mount(&t.alice, "alice");
+    let plan = ma.0.join("plan.txt");
+    std::fs::write(&plan, "plan\n").unwrap();
+    // A malformed key.
+    assert_fails(
+        &cloakfs(&["share", "add", s(&plan), "--recipient", "age1notakey"]),
+        2,
+        "not a valid age X25519 key",
+    );
+    assert_fails(
+        &cloakfs(&["share", "add", s(&plan), "--recipient", "hello"]),
+        2,
+        "not an age (age1...) or ssh",
+    );
+    // A path outside any cloakfs mount.
+    assert_fails(
+        &cloakfs(&["share", "add", s(&t.f.pass), "--recipient", &t.bob.1]),
+        2,
+        "is not inside a cloakfs mount",
+    );
+    assert_fails(
+        &cloakfs(&["share", "list", "/no/such/path"]),
+        2,
+        "/no/such/path",
+    );
+    // Withdrawal through a mount is refused with what to do instead.
+    assert_fails(
+        &cloakfs(&["share", "remove", s(&plan), "--recipient", &t.bob.1]),
+        2,
+        "is done offline",
+    );
+    // A member without an entry cannot grant.
+    let mb = t.mount(&t.bob, "bob");
+    assert_fails(
+        &cloakfs(&[
+            "share",
+            "add",
+            s(&mb.0.join("plan.txt")),
+            "--recipient",
+            &t.bob.1,
+        ]),
+        5,
+        "not shared with the identity this mount runs as",
+    );
+    mb.unmount();
+    ma.unmount();
+
+    let offline = |args: &[&str]| {
+        t.f.run(
+            &[
+                &["share"][..],
+                &args[..1],
+                &["--volume", s(&t.f.cipher), "--identity", s(&t.alice.0)],
+                &args[1..],
+            ]
+            .concat(),
+        )
+    };
+    // An unknown key: not a recipient of the file.
+    let (_, stranger) = age_key(t.f.tmp.path(), "stranger.key");
+    assert_fails(
+        &offline(&["remove", "plan.txt", "--recipient", &stranger]),
+        2,
+        "not a recipient of this file",
+    );
+    assert_fails(
+        &offline(&["remove", "plan.txt", "--recipient", &t.alice.1]),
+        2,
+        "only recipient",
+    );
+    assert_fails(&offline(&["list", "nothing-here"]), 5, "no such file");
+
+    // Rekey of a sharing volume is refused (file keys are per file), and so is a sharing
+    // volume without a stored key (members are key slots).
+    assert_fails(
+        &t.f.run(&["rekey", s(&t.f.cipher), "--passfile", s(&t.f.pass)]),
+        2,
+        "rekey of a sharing volume is not supported",
+    );
+    let other = Fixture::bare();
+    let out = other.init(&["--sharing", "--no-stored-key"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("cannot be used with"),
+        "{}",
+        stderr(&out)
+    );
+
+    // A volume that is not a sharing one.
+    let plain = Fixture::new();
+    let out = plain.run(&[
+        "share",
+        "list",
+        "--volume",
+        s(&plain.cipher),
+        "--passfile",
+        s(&plain.pass),
+        "x",
+    ]);
+    assert_fails(&out, 3, "not a sharing volume");
+    let pm = plain.mounted(&[]);
+    std::fs::write(pm.0.join("x"), "x").unwrap();
+    assert_fails(
+        &cloakfs(&["share", "list", s(&pm.0.join("x"))]),
+        3,
+        "not a sharing volume",
+    );
+    pm.unmount();
+}
+
+#[test]
+fn new_files_inherit_a_directory_s_default_recipients() {
+    let t = team();
+    let ma = t.mount(&t.alice, "alice");
+    let mb = t.mount(&t.bob, "bob");
+    let reports = ma.0.join("reports");
+    std::fs::create_dir(&reports).unwrap();
+    ok(&cloakfs(&[
+        "share",
+        "default",
+        s(&reports),
+        "--recipient",
+        &t.bob.1,
+    ]));
+    assert_eq!(
+        ok(&cloakfs(&["share", "default", s(&reports)])).trim(),
+        t.bob.1
+    );
+    // The setting is not an xattr anyone sees.
+    assert!(xattr_names(&reports).iter().all(|n| !n.contains("cloakfs")));
+    std::fs::write(reports.join("q3.txt"), "q3\n").unwrap();
+    // A directory made below inherits, and files in it too.
+    std::fs::create_dir(reports.join("2026")).unwrap();
+    std::fs::write(reports.join("2026/q4.txt"), "q4\n").unwrap();
+    std::fs::write(ma.0.join("private.txt"), "mine\n").unwrap();
+    assert_eq!(
+        std::fs::read_to_string(mb.0.join("reports/q3.txt")).unwrap(),
+        "q3\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(mb.0.join("reports/2026/q4.txt")).unwrap(),
+        "q4\n"
+    );
+    assert!(denied(&mb.0.join("private.txt")));
+    // Cleared: new files are the creator's alone again.
+    ok(&cloakfs(&["share", "default", s(&reports), "--clear"]));
+    std::fs::write(reports.join("q5.txt"), "q5\n").unwrap();
+    assert!(denied(&mb.0.join("reports/q5.txt")));
+    mb.unmount();
+    ma.unmount();
+
+    // Offline, the same setting on a cipher directory.
+    let offline = |args: &[&str]| {
+        t.f.run(
+            &[
+                &["share", "default", "--volume", s(&t.f.cipher)][..],
+                &["--identity", s(&t.alice.0)],
+                args,
+            ]
+            .concat(),
+        )
+    };
+    ok(&offline(&["reports", "--recipient", &t.carol.1]));
+    assert_eq!(ok(&offline(&["reports"])).trim(), t.carol.1);
+    assert_fails(
+        &offline(&["private.txt", "--recipient", &t.carol.1]),
+        2,
+        "not a directory",
+    );
+
+    // fsck as bob: the files not shared with him are counted, not reported as damage.
+    let out =
+        t.f.run(&["fsck", s(&t.f.cipher), "--identity", s(&t.bob.0)]);
+    let text = ok(&out);
+    assert!(text.contains("no problems"), "{text}");
+    assert!(
+        text.contains("2 files are not shared with the identity given"),
+        "{text}"
+    );
+}
+
+fn xattr_names(p: &Path) -> Vec<String> {
+    let mut buf = vec![0u8; 4096];
+    let n = rustix::fs::listxattr(p, &mut buf).unwrap();
+    buf[..n]
+        .split(|&b| b == 0)
+        .filter(|n| !n.is_empty())
+        .map(|n| String::from_utf8_lossy(n).into_owned())
+        .collect()
+}

@@ -1,0 +1,245 @@
+//! Per-file keys of a sharing volume (FORMAT.md section 18): the recipient list is
+//! authenticated (a forged or moved entry is refused, never opened to garbage), an opened file
+//! key is kept (one public-key operation per file), and what a shared file costs against a
+//! normal one, in public-key operations, header bytes and CPU time (printed, not asserted).
+
+use age::secrecy::ExposeSecret;
+use cloakfs_core::crypto::kdf::Argon2Params;
+use cloakfs_core::crypto::secret::Passphrase;
+use cloakfs_core::format::config::{FileKeys, VolumeParams};
+use cloakfs_core::format::filekey::{grant, FileKeySource, Member, SharedHeader};
+use cloakfs_core::io::file::ContentFile;
+use cloakfs_core::slots::recipient::Identities;
+use cloakfs_core::tools::writer::Writer;
+use cloakfs_core::{Error, Volume};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+const CHEAP: Argon2Params = Argon2Params {
+    memory_kib: 64,
+    iterations: 1,
+    lanes: 1,
+};
+
+struct Person {
+    id: age::x25519::Identity,
+}
+
+impl Person {
+    fn new() -> Self {
+        Self {
+            id: age::x25519::Identity::generate(),
+        }
+    }
+    fn public(&self) -> String {
+        self.id.to_public().to_string()
+    }
+    fn member(&self) -> Member {
+        let mut ids = Identities::new();
+        ids.add_file(
+            self.id.to_string().expose_secret().as_bytes(),
+            "id",
+            age::NoCallbacks,
+        )
+        .unwrap();
+        Member::new(ids, self.public()).unwrap()
+    }
+}
+
+fn volume(dir: &Path, sharing: bool) -> Volume {
+    let pass = Passphrase::new(b"pw".to_vec());
+    let params = VolumeParams {
+        file_keys: if sharing {
+            FileKeys::Wrapped
+        } else {
+            FileKeys::Derived
+        },
+        ..VolumeParams::new()
+    };
+    drop(Volume::create(dir, params, &pass, CHEAP).unwrap());
+    Volume::unlock(dir, &pass).unwrap()
+}
+
+fn open_as(dir: &Path, who: &Person) -> Volume {
+    Volume::unlock(dir, &Passphrase::new(b"pw".to_vec()))
+        .unwrap()
+        .join_as(who.member())
+        .unwrap()
+}
+
+fn read_all(v: &Volume, backing: &Path) -> Result<Vec<u8>, Error> {
+    let cf = ContentFile::open(v.content().clone(), std::fs::File::open(backing)?)?;
+    let mut out = vec![0u8; cf.size() as usize];
+    cf.read_at(0, &mut out)?;
+    Ok(out)
+}
+
+fn header(backing: &Path) -> SharedHeader {
+    let b = std::fs::read(backing).unwrap();
+    SharedHeader::parse(&b[..4096]).unwrap()
+}
+
+fn put_header(backing: &Path, h: &SharedHeader) {
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(backing)
+        .unwrap();
+    f.write_all_at(&h.to_bytes().unwrap(), 0).unwrap();
+}
+
+#[test]
+fn a_forged_or_moved_entry_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (alice, bob, carol) = (Person::new(), Person::new(), Person::new());
+    drop(volume(tmp.path(), true));
+    let va = open_as(tmp.path(), &alice);
+    let w = Writer::new(&va, tmp.path());
+    let a = w.write_file(Path::new("a"), b"file a").unwrap();
+    let b = w.write_file(Path::new("b"), b"file b").unwrap();
+    cloakfs_core::tools::share::add(&va, &a, &carol.public()).unwrap();
+    assert_eq!(
+        read_all(&open_as(tmp.path(), &carol), &a).unwrap(),
+        b"file a"
+    );
+
+    // Bob holds the volume key (he is a member) but not b's file key: he adds himself to b
+    // with a key of his own choosing. Alice's (authentic) entry then fails the list MAC.
+    let mut forged = header(&b);
+    forged
+        .grants
+        .push(grant(&bob.public(), &[9u8; 32]).unwrap());
+    put_header(&b, &forged);
+    let err = read_all(&open_as(tmp.path(), &alice), &b).unwrap_err();
+    assert!(matches!(err, Error::Tampered(_)), "{err}");
+    // And his entry opens nothing either: the list MAC under his key fails too.
+    let err = read_all(&open_as(tmp.path(), &bob), &b).unwrap_err();
+    assert!(matches!(err, Error::Tampered(_)), "{err}");
+
+    // Carol's entry of a, moved into b (whose list is otherwise b's own): refused for carol,
+    // not opened under a's key.
+    let b2 = w.write_file(Path::new("b2"), b"file b2").unwrap();
+    let mut moved = header(&b2);
+    moved.grants.push(header(&a).grants[1].clone());
+    put_header(&b2, &moved);
+    let err = read_all(&open_as(tmp.path(), &carol), &b2).unwrap_err();
+    assert!(matches!(err, Error::Tampered(_)), "{err}");
+    // A removed entry (the list cut short) is refused the same way.
+    let mut cut = header(&a);
+    cut.grants.truncate(1);
+    put_header(&a, &cut);
+    let err = read_all(&open_as(tmp.path(), &alice), &a).unwrap_err();
+    assert!(matches!(err, Error::Tampered(_)), "{err}");
+
+    // A member without an entry: AccessDenied (EACCES), not an authentication failure.
+    let c = w.write_file(Path::new("c"), b"file c").unwrap();
+    let err = read_all(&open_as(tmp.path(), &bob), &c).unwrap_err();
+    assert!(matches!(err, Error::AccessDenied(_)), "{err}");
+    assert_eq!(err.errno(), libc::EACCES);
+}
+
+#[test]
+fn a_file_key_is_unwrapped_once_per_volume() {
+    let tmp = tempfile::tempdir().unwrap();
+    let alice = Person::new();
+    drop(volume(tmp.path(), true));
+    let va = open_as(tmp.path(), &alice);
+    let w = Writer::new(&va, tmp.path());
+    let f = w.write_file(Path::new("f"), b"x").unwrap();
+    let vb = open_as(tmp.path(), &alice);
+    for _ in 0..10 {
+        assert_eq!(read_all(&vb, &f).unwrap(), b"x");
+    }
+    let FileKeySource::Wrapped(keys) = vb.content().key_source() else {
+        panic!("not wrapped")
+    };
+    assert_eq!(keys.unwrap_count(), 1);
+    // The writer's own volume made the key: it never unwrapped it.
+    let FileKeySource::Wrapped(keys) = va.content().key_source() else {
+        panic!("not wrapped")
+    };
+    assert_eq!(keys.unwrap_count(), 0);
+}
+
+fn thread_cpu() -> std::time::Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into the struct it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// The cost of a shared file against a normal one, measured side by side: CPU time of
+/// creating and of first reading N small files, public-key operations and header bytes. Only
+/// the counts are asserted; the times are printed for docs/PERFORMANCE.md.
+#[test]
+fn cost_of_a_shared_file_against_a_normal_one() {
+    const N: usize = 200;
+    let data = vec![7u8; 4096];
+    let (alice, bob, carol) = (Person::new(), Person::new(), Person::new());
+    let mut rows = Vec::new();
+    for sharing in [false, true] {
+        let tmp = tempfile::tempdir().unwrap();
+        let v = volume(tmp.path(), sharing);
+        let v = if sharing {
+            v.join_as(alice.member()).unwrap()
+        } else {
+            v
+        };
+        let w = Writer::new(&v, tmp.path());
+        let t0 = thread_cpu();
+        let mut files = Vec::new();
+        for i in 0..N {
+            let f = w.write_file(Path::new(&format!("f{i}")), &data).unwrap();
+            if sharing {
+                cloakfs_core::tools::share::add(
+                    &v,
+                    &f,
+                    &format!("{}\n{}", bob.public(), carol.public()),
+                )
+                .unwrap();
+            }
+            files.push(f);
+        }
+        let create = thread_cpu() - t0;
+        let reader = if sharing {
+            open_as(tmp.path(), &bob)
+        } else {
+            Volume::unlock(tmp.path(), &Passphrase::new(b"pw".to_vec())).unwrap()
+        };
+        let t1 = thread_cpu();
+        for f in &files {
+            assert_eq!(read_all(&reader, f).unwrap(), data);
+        }
+        let first_read = thread_cpu() - t1;
+        let t2 = thread_cpu();
+        for f in &files {
+            assert_eq!(read_all(&reader, f).unwrap(), data);
+        }
+        let again = thread_cpu() - t2;
+        let size = std::fs::metadata(&files[0]).unwrap().len();
+        if let FileKeySource::Wrapped(k) = reader.content().key_source() {
+            assert_eq!(
+                k.unwrap_count(),
+                N as u64,
+                "one unwrap per file, then cached"
+            );
+            assert_eq!(size, 4096 + 4096 + 28);
+            assert_eq!(header(&files[0]).grants.len(), 3);
+        } else {
+            assert_eq!(size, 18 + 4096 + 28);
+        }
+        rows.push((sharing, create, first_read, again, size));
+    }
+    for (sharing, create, first, again, size) in &rows {
+        eprintln!(
+            "{}: create+grant {:?}/file, first read {:?}/file, later reads {:?}/file, backing {} bytes",
+            if *sharing { "shared, 3 recipients" } else { "normal" },
+            *create / N as u32,
+            *first / N as u32,
+            *again / N as u32,
+            size
+        );
+    }
+}

@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Decrypts one backing file of a cloakfs sharing volume with an age identity, written from
+docs/FORMAT.md section 17 (and section 8 for the blocks) only: no volume config is needed.
+
+    decrypt_shared_file.py BACKINGFILE IDENTITYFILE OUTPUT
+
+Checks the recipient-list MAC before opening any block; exits 2 (with one line) if the
+identity has no entry, 1 on damage or tampering. Needs `cryptography` and `pyrage`.
+"""
+
+import hashlib
+import hmac
+import struct
+import sys
+
+import pyrage
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+H = 4096
+B = 4096
+NONCE, TAG = 12, 16  # aes-256-gcm (the default content cipher)
+
+
+class Refused(Exception):
+    pass
+
+
+def hkdf(ikm: bytes, info: bytes) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(ikm)
+
+
+def parse_header(h: bytes):
+    if len(h) < H:
+        raise Refused("truncated header")
+    h = h[:H]
+    (version,) = struct.unpack(">H", h[:2])
+    if version != 2:
+        raise Refused(f"unsupported file header version {version}")
+    fid = h[2:18]
+    (n,) = struct.unpack(">H", h[18:20])
+    at = 20
+    entries = []
+
+    def take():
+        nonlocal at
+        if at + 2 > H:
+            raise Refused("entry past the end")
+        (ln,) = struct.unpack(">H", h[at:at + 2])
+        if at + 2 + ln > H:
+            raise Refused("entry past the end")
+        part = h[at + 2:at + 2 + ln]
+        at += 2 + ln
+        return part
+
+    for _ in range(n):
+        r = take().decode("utf-8")
+        if not r or "\n" in r:
+            raise Refused("recipient is not one line of text")
+        entries.append((r, take()))
+    if at + 32 > H:
+        raise Refused("MAC past the end")
+    mac = h[at:at + 32]
+    if any(h[at + 32:]):
+        raise Refused("non-zero padding")
+    return fid, entries, h[:at], mac
+
+
+def main():
+    backing, identity_file, output = sys.argv[1:4]
+    data = open(backing, "rb").read()
+    ids = [pyrage.x25519.Identity.from_str(l.strip())
+           for l in open(identity_file).read().splitlines()
+           if l.strip().startswith("AGE-SECRET-KEY-1")]
+    fid, entries, body, mac = parse_header(data)
+    fk = None
+    for _, age_file in entries:
+        try:
+            pt = pyrage.decrypt(age_file, ids)
+        except pyrage.DecryptError:
+            continue
+        if len(pt) != 32:
+            raise Refused("an entry does not hold a 32-byte key")
+        fk = pt
+        break
+    if fk is None:
+        print("decrypt_shared_file: permission denied: no entry for this identity", file=sys.stderr)
+        sys.exit(2)
+    k_list = hkdf(fk, b"cloakfs v1 share-list" + fid)
+    want = hmac.new(k_list, b"cloakfs shared header v2\n" + body, hashlib.sha256).digest()
+    if not hmac.compare_digest(want, mac):
+        raise Refused("recipient list failed authentication")
+    aead = AESGCM(hkdf(fk, b"cloakfs v1 file" + fid))
+    out = bytearray()
+    rest = data[H:]
+    n = 0
+    while rest:
+        blk, rest = rest[:B + NONCE + TAG], rest[B + NONCE + TAG:]
+        if len(blk) <= NONCE + TAG:
+            raise Refused(f"block {n} truncated")
+        if len(blk) == B + NONCE + TAG and not any(blk):
+            out += bytes(B)  # a hole (sparse volume)
+        else:
+            out += aead.decrypt(blk[:NONCE], blk[NONCE:], fid + struct.pack(">Q", n))
+        n += 1
+    open(output, "wb").write(out)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Exception as e:  # one line, never a traceback
+        print(f"decrypt_shared_file: {e}", file=sys.stderr)
+        sys.exit(1)
