@@ -51,6 +51,7 @@ pub struct ParsedOptions {
     pub log_file: Option<PathBuf>,
     pub foreground: bool,
     pub writeback_cache: bool,
+    pub no_io_uring: bool,
 }
 
 /// Parses every `-o` argument (each a comma-separated list).
@@ -84,6 +85,7 @@ pub fn parse(args: &[String]) -> Result<ParsedOptions> {
             "log_file" => p.log_file = Some(need(value)?.into()),
             "foreground" => p.foreground = true,
             "writeback_cache" => p.writeback_cache = true,
+            "no_io_uring" => p.no_io_uring = true,
             "threads" => {
                 p.threads = Some(
                     need(value)?

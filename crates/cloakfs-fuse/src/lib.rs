@@ -38,6 +38,7 @@ mod reverse;
 mod sys;
 pub mod tree;
 mod tree_ops;
+mod uring;
 mod xattr;
 
 pub use creds::{CredGuard, Creds};
@@ -82,6 +83,9 @@ pub struct MountOptions {
     /// I/O error, a file grown past its largest size) then reaches the writer only at fsync
     /// and close, and the data of a write that failed is gone.
     pub writeback_cache: bool,
+    /// Serve requests through FUSE over io_uring when the kernel offers it (else, and when
+    /// the rings cannot be set up, through reads and writes of /dev/fuse).
+    pub io_uring: bool,
 }
 
 impl MountOptions {
@@ -97,6 +101,7 @@ impl MountOptions {
             threads: 8,
             cache_timeout: DEFAULT_CACHE_TIMEOUT,
             writeback_cache: false,
+            io_uring: true,
         }
     }
 
@@ -212,6 +217,7 @@ fn kernel_option(o: &str) -> KernelOption {
 /// the daemon must leave with `_exit` (no destructors), or the mount goes with it.
 pub struct Mounted {
     session: fuser::Session<fs::CloakFs>,
+    transport: Transport,
     /// Where it is mounted.
     pub mountpoint: PathBuf,
 }
@@ -251,6 +257,7 @@ pub fn mount(
     let _ = notifier.set(session.notifier());
     Ok(Mounted {
         session,
+        transport: Transport::choose(opts.io_uring, opts.threads),
         mountpoint: mountpoint.to_path_buf(),
     })
 }
@@ -350,7 +357,7 @@ impl Mounted {
     /// cipher directory afterwards for durability). Logs one info line when it ends normally,
     /// one error line otherwise.
     pub fn run(self) -> io::Result<()> {
-        serve(self.session, self.mountpoint)
+        serve(self.session, self.transport, self.mountpoint)
     }
 
     /// A handle for sending cache invalidations to the kernel.
@@ -359,13 +366,68 @@ impl Mounted {
     }
 }
 
+/// How requests reach the daemon, decided after the handshake.
+#[derive(Debug)]
+pub(crate) enum Transport {
+    /// FUSE over io_uring, falling back to /dev/fuse if the rings cannot be set up.
+    IoUring(uring::UringPlan),
+    /// Reads and writes of /dev/fuse, and why not io_uring.
+    DevFuse(&'static str),
+}
+
+impl Transport {
+    /// The transport for a mount whose handshake just ran on this thread.
+    fn choose(io_uring: bool, threads: usize) -> Self {
+        let offered = ops::take_uring_offered();
+        if !io_uring {
+            Transport::DevFuse("io_uring turned off: --no-io-uring")
+        } else if !offered {
+            Transport::DevFuse(
+                "the kernel does not offer FUSE over io_uring \
+                 (/sys/module/fuse/parameters/enable_uring is off, or Linux before 6.14)",
+            )
+        } else {
+            // The kernel wants room for max_write and for max_pages of a read.
+            let max_pages = std::fs::read_to_string("/proc/sys/fs/fuse/max_pages_limit")
+                .ok()
+                .and_then(|s| s.trim().parse::<usize>().ok())
+                .unwrap_or(256)
+                .min(ops::MAX_WRITE as usize / 4096);
+            Transport::IoUring(uring::UringPlan {
+                threads,
+                payload_size: (ops::MAX_WRITE as usize).max(max_pages * 4096),
+            })
+        }
+    }
+}
+
 /// Serves `session` until the file system at `mountpoint` is unmounted (see
 /// [`Mounted::run`]).
-fn serve<FS: fuser::Filesystem>(
+fn serve<FS: fuser::Filesystem + 'static>(
     session: fuser::Session<FS>,
+    transport: Transport,
     mountpoint: PathBuf,
 ) -> io::Result<()> {
-    let mut background = session.spawn()?;
+    let shown = mountpoint.display().to_string();
+    let mut background = match transport {
+        Transport::DevFuse(why) => {
+            tracing::info!("{shown}: FUSE requests through /dev/fuse ({why})");
+            session.spawn()?
+        }
+        Transport::IoUring(plan) => session.spawn_with(move |dispatcher| {
+            let (threads, registered) = uring::start(dispatcher, &plan);
+            match registered {
+                Ok((queues, per_queue)) => tracing::info!(
+                    "{shown}: FUSE requests through io_uring ({queues} queues, {per_queue} \
+                     ring entries each)"
+                ),
+                Err(e) => tracing::warn!(
+                    "{shown}: FUSE requests through /dev/fuse (io_uring could not be set up: {e})"
+                ),
+            }
+            threads
+        })?,
+    };
     // fuser unmounts again when its session handle goes, even after the unmount that
     // ended the session (its "still mounted?" check cannot tell): as root that fails
     // noisily, without root it runs `fusermount3 -u -z`, which could detach a new mount

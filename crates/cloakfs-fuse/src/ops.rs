@@ -64,6 +64,17 @@ pub(crate) enum WriteCache {
     Writeback,
 }
 
+thread_local! {
+    /// Whether the last handshake on this thread offered FUSE over io_uring. The handshake
+    /// runs on the thread that mounts (`fuser::Session::new`), which reads it right after.
+    static URING_OFFERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the kernel offered FUSE over io_uring in the handshake just made on this thread.
+pub(crate) fn take_uring_offered() -> bool {
+    URING_OFFERED.with(|o| o.replace(false))
+}
+
 /// Negotiates the connection: large writes, readdirplus, parallel directory operations,
 /// kept caches, and the write cache `cache` (the multi-user tree never takes the writeback
 /// cache: cached writes reach us from kernel threads with the wrong caller).
@@ -98,6 +109,14 @@ pub(crate) fn negotiate_except(config: &mut KernelConfig, cache: WriteCache, exc
         WriteCache::Writeback => want |= InitFlags::FUSE_WRITEBACK_CACHE,
     }
     want &= !except;
+    let offered = config
+        .capabilities()
+        .contains(InitFlags::FUSE_OVER_IO_URING);
+    URING_OFFERED.with(|o| o.set(offered));
+    // Informational for the kernel: it uses the rings once entries are registered.
+    if offered {
+        want |= InitFlags::FUSE_OVER_IO_URING;
+    }
     let _ = config.add_capabilities(want & config.capabilities());
     if let Err(max) = config.set_max_write(MAX_WRITE) {
         let _ = config.set_max_write(max);

@@ -28,6 +28,10 @@ pub struct MountArgs {
     /// if another machine or a sync client writes to it while it is mounted.
     #[arg(long, value_name = "SECS")]
     pub cache_timeout: Option<f64>,
+    /// Serve FUSE requests through /dev/fuse even where the kernel offers FUSE over io_uring
+    /// (`-o no_io_uring`).
+    #[arg(long)]
+    pub no_io_uring: bool,
     /// Append the daemon's log to FILE (default: syslog when daemonized).
     #[arg(long, value_name = "FILE")]
     pub log_file: Option<PathBuf>,
@@ -80,6 +84,7 @@ pub fn run(args: MountArgs) -> Result<()> {
     if let Some(t) = args.cache_timeout.or(o.cache_timeout) {
         mo.cache_timeout = Duration::from_secs_f64(t);
     }
+    mo.io_uring = !(args.no_io_uring || o.no_io_uring);
     let mounted = cloakfs_fuse::mount(volume, &cipherdir, &mountpoint, &mo)
         .map_err(|e| Failure::mount(format!("cannot mount on {}: {e}", mountpoint.display())))?;
 
