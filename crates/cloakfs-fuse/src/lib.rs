@@ -366,6 +366,12 @@ impl Mounted {
     }
 }
 
+/// How many requests this process has served through FUSE over io_uring, over all its
+/// mounts: what shows that a mount uses the rings.
+pub fn io_uring_requests_served() -> u64 {
+    uring::SERVED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// How requests reach the daemon, decided after the handshake.
 #[derive(Debug)]
 pub(crate) enum Transport {

@@ -41,6 +41,9 @@ const OUT_HEADER_SIZE: usize = 16;
 /// without the payload (1 MiB of a write) being copied.
 const PAYLOAD_OFFSET: usize = 4096;
 
+/// Requests served through rings by this process, all mounts together.
+pub(crate) static SERVED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// What the serving threads need to know besides the session.
 #[derive(Debug, Clone)]
 pub(crate) struct UringPlan {
@@ -195,6 +198,7 @@ fn serve_entry<FS: Filesystem>(
             res => return Err(io::Error::from_raw_os_error(-res)),
         }
         let commit_id = entry.serve(&dispatcher)?;
+        SERVED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         in_flight = commit_sqe(dev, qid, commit_id);
         // SAFETY: as for the registration: the entry's buffers outlive the command.
         unsafe { ring.submission().push(&in_flight) }.map_err(io::Error::other)?;
