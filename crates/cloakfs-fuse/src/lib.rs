@@ -253,11 +253,12 @@ pub fn mount(
         notifier.clone(),
     )?;
     fs.writeback_cache = opts.writeback_cache;
+    fs.io_uring = opts.io_uring;
     let session = new_session(fs, mountpoint, &opts.session_config())?;
     let _ = notifier.set(session.notifier());
     Ok(Mounted {
         session,
-        transport: Transport::choose(opts.io_uring, opts.threads),
+        transport: Transport::choose(opts.threads),
         mountpoint: mountpoint.to_path_buf(),
     })
 }
@@ -280,7 +281,11 @@ impl std::fmt::Debug for MountedReverse {
 impl MountedReverse {
     /// Serves requests until the view is unmounted.
     pub fn run(self) -> io::Result<()> {
-        serve(self.session, self.mountpoint)
+        serve(
+            self.session,
+            Transport::DevFuse("the reverse view does not use io_uring yet".into()),
+            self.mountpoint,
+        )
     }
 }
 
@@ -378,31 +383,36 @@ pub(crate) enum Transport {
     /// FUSE over io_uring, falling back to /dev/fuse if the rings cannot be set up.
     IoUring(uring::UringPlan),
     /// Reads and writes of /dev/fuse, and why not io_uring.
-    DevFuse(&'static str),
+    DevFuse(String),
 }
 
 impl Transport {
     /// The transport for a mount whose handshake just ran on this thread.
-    fn choose(io_uring: bool, threads: usize) -> Self {
-        let offered = ops::take_uring_offered();
-        if !io_uring {
-            Transport::DevFuse("io_uring turned off: --no-io-uring")
-        } else if !offered {
-            Transport::DevFuse(
-                "the kernel does not offer FUSE over io_uring \
-                 (/sys/module/fuse/parameters/enable_uring is off, or Linux before 6.14)",
-            )
-        } else {
-            // The kernel wants room for max_write and for max_pages of a read.
-            let max_pages = std::fs::read_to_string("/proc/sys/fs/fuse/max_pages_limit")
-                .ok()
-                .and_then(|s| s.trim().parse::<usize>().ok())
-                .unwrap_or(256)
-                .min(ops::MAX_WRITE as usize / 4096);
-            Transport::IoUring(uring::UringPlan {
-                threads,
-                payload_size: (ops::MAX_WRITE as usize).max(max_pages * 4096),
-            })
+    fn choose(threads: usize) -> Self {
+        match ops::take_uring_outcome() {
+            ops::UringOutcome::TurnedOff => {
+                Transport::DevFuse("io_uring turned off: --no-io-uring".into())
+            }
+            ops::UringOutcome::NotOffered => Transport::DevFuse(
+                "the kernel does not offer FUSE over io_uring: \
+                 /sys/module/fuse/parameters/enable_uring is off, or Linux is older than 6.14"
+                    .into(),
+            ),
+            ops::UringOutcome::NotAllowed(why) => Transport::DevFuse(format!(
+                "this process may not set up an io_uring: {why} (see kernel.io_uring_disabled)"
+            )),
+            ops::UringOutcome::Negotiated => {
+                // The kernel wants room for max_write and for max_pages of a read.
+                let max_pages = std::fs::read_to_string("/proc/sys/fs/fuse/max_pages_limit")
+                    .ok()
+                    .and_then(|s| s.trim().parse::<usize>().ok())
+                    .unwrap_or(256)
+                    .min(ops::MAX_WRITE as usize / 4096);
+                Transport::IoUring(uring::UringPlan {
+                    threads,
+                    payload_size: (ops::MAX_WRITE as usize).max(max_pages * 4096),
+                })
+            }
         }
     }
 }
@@ -420,19 +430,29 @@ fn serve<FS: fuser::Filesystem + 'static>(
             tracing::info!("{shown}: FUSE requests through /dev/fuse ({why})");
             session.spawn()?
         }
-        Transport::IoUring(plan) => session.spawn_with(move |dispatcher| {
-            let (threads, registered) = uring::start(dispatcher, &plan);
-            match registered {
-                Ok((queues, per_queue)) => tracing::info!(
-                    "{shown}: FUSE requests through io_uring ({queues} queues, {per_queue} \
-                     ring entries each)"
-                ),
-                Err(e) => tracing::warn!(
-                    "{shown}: FUSE requests through /dev/fuse (io_uring could not be set up: {e})"
-                ),
-            }
-            threads
-        })?,
+        Transport::IoUring(plan) => {
+            let mountpoint = mountpoint.clone();
+            session.spawn_with(move |dispatcher| {
+                let (threads, registered) = uring::start(dispatcher, &plan);
+                match registered {
+                    Ok((queues, per_queue)) => tracing::info!(
+                        "{shown}: FUSE requests through io_uring ({queues} queues, {per_queue} \
+                         ring entries each)"
+                    ),
+                    Err(e) => {
+                        // The kernel was told to use the rings and holds every request until
+                        // they are complete: nothing can be served. Detach the mount, which
+                        // ends the session, rather than leave callers hanging.
+                        tracing::error!(
+                            "{shown}: FUSE over io_uring was negotiated but a ring entry could \
+                             not be registered: {e}; unmounting (mount with --no-io-uring)"
+                        );
+                        sys::detach(&mountpoint);
+                    }
+                }
+                threads
+            })?
+        }
     };
     // fuser unmounts again when its session handle goes, even after the unmount that
     // ended the session (its "still mounted?" check cannot tell): as root that fails

@@ -378,7 +378,7 @@ impl MountedTree {
     pub fn run(self) -> io::Result<()> {
         crate::serve(
             self.session,
-            crate::Transport::DevFuse("the multi-user tree does not use io_uring yet"),
+            crate::Transport::DevFuse("the multi-user tree does not use io_uring yet".into()),
             self.mountpoint,
         )
     }

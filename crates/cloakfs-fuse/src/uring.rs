@@ -54,6 +54,14 @@ pub(crate) struct UringPlan {
     pub(crate) payload_size: usize,
 }
 
+/// Whether this process may set up the kind of ring the transport uses (io_uring can be
+/// turned off by `kernel.io_uring_disabled`, seccomp or the memlock limit).
+pub(crate) fn probe() -> io::Result<()> {
+    IoUring::<squeue::Entry128, cqueue::Entry>::builder()
+        .build(2)
+        .map(drop)
+}
+
 /// Queues the kernel makes: one per possible CPU.
 fn queue_count() -> usize {
     std::fs::read_to_string("/sys/devices/system/cpu/possible")

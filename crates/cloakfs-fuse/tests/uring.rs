@@ -49,6 +49,25 @@ impl Drop for UringParam {
     }
 }
 
+/// `kernel.io_uring_disabled`, set for a test and put back as found when it ends.
+struct IoUringDisabled(String);
+
+const DISABLED: &str = "/proc/sys/kernel/io_uring_disabled";
+
+impl IoUringDisabled {
+    fn set(value: &str) -> Self {
+        let previous = fs::read_to_string(DISABLED).unwrap().trim().to_string();
+        fs::write(DISABLED, value).unwrap();
+        Self(previous)
+    }
+}
+
+impl Drop for IoUringDisabled {
+    fn drop(&mut self) {
+        let _ = fs::write(DISABLED, &self.0);
+    }
+}
+
 /// Log lines of this test binary (all tests share one global subscriber).
 fn captured_log() -> &'static Mutex<Vec<u8>> {
     static LOG: std::sync::OnceLock<&'static Mutex<Vec<u8>>> = std::sync::OnceLock::new();
@@ -267,6 +286,33 @@ fn uses_dev_fuse_when_the_kernel_does_not_offer_io_uring() {
         )
         .len(),
         1
+    );
+    fs.unmount();
+}
+
+#[test]
+fn uses_dev_fuse_when_the_process_may_not_set_up_a_ring() {
+    let Some(_param) = UringParam::set(true) else {
+        return;
+    };
+    captured_log();
+    let mut fs = {
+        // Only while mounting: the handshake checks whether a ring can be made, and asks the
+        // kernel for the rings only then (else every request would wait for them).
+        let _disabled = IoUringDisabled::set("2");
+        TestFs::new()
+    };
+    let served = served_during(|| workload(&fs));
+    assert_eq!(served, 0);
+    assert_eq!(
+        log_lines(
+            &fs.mnt,
+            "FUSE requests through /dev/fuse (this process may not set up an io_uring"
+        )
+        .len(),
+        1,
+        "{:?}",
+        log_lines(&fs.mnt, "FUSE requests")
     );
     fs.unmount();
 }
