@@ -54,6 +54,9 @@ pub(crate) struct UringPlan {
     pub(crate) payload_size: usize,
 }
 
+/// A serving thread; it ends when the connection does.
+pub(crate) type ServingThread = JoinHandle<io::Result<()>>;
+
 /// Whether this process may set up the kind of ring the transport uses (io_uring can be
 /// turned off by `kernel.io_uring_disabled`, seccomp or the memlock limit).
 pub(crate) fn probe() -> io::Result<()> {
@@ -94,7 +97,7 @@ fn parse_cpu_list_max(s: &str) -> Option<usize> {
 pub(crate) fn start<FS: Filesystem + 'static>(
     dispatcher: Dispatcher<FS>,
     plan: &UringPlan,
-) -> (Vec<JoinHandle<io::Result<()>>>, io::Result<(usize, usize)>) {
+) -> (Vec<ServingThread>, io::Result<(usize, usize)>) {
     let queues = queue_count();
     let per_queue = plan.threads.div_ceil(queues).max(1);
     let (tx, rx) = mpsc::channel();
