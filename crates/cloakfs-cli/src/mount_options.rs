@@ -140,6 +140,8 @@ mod tests {
         assert!(p.read_only);
         assert!(!p.writeback_cache);
         assert!(parse(&["writeback_cache".into()]).unwrap().writeback_cache);
+        assert!(!p.no_io_uring);
+        assert!(parse(&["no_io_uring".into()]).unwrap().no_io_uring);
         assert_eq!(p.threads, Some(4));
         assert_eq!(p.cache_timeout, Some(2.5));
         assert_eq!(p.fsname.as_deref(), Some("x"));
