@@ -279,6 +279,9 @@ def main():
                    f"; {info.get('cloakfs_version') or 'version unknown'}"
                    f"; mount opts: `{info.get('cloakfs_mount_opts') or 'default'}`"
                    f"; {info.get('rustc', '')}")
+    if info.get("fuse_io_uring"):
+        out.append(f"- **FUSE over io_uring**: {info['fuse_io_uring']} (cloakfs uses the rings"
+                   " when the kernel offers them; see its log line)")
     if vlines:
         out.append("- **Versions**: " + "; ".join(vlines))
     out.append(f"- **Run**: `{info.get('command', 'peers.sh')}`; {len(rounds)} round(s), "

@@ -9,6 +9,9 @@
 #   -r ROUNDS      rounds of the whole list (default 2; peers.sh alternates the order per round)
 #   --no-build     do not run `cargo build --release` (use the existing $CLOAKFS_BIN)
 #   --no-cpu-pass  skip the streaming CPU pass (see below)
+#   --fuse-uring on|off|keep   set /sys/module/fuse/parameters/enable_uring for the run and put
+#                  back what it was afterwards (default on: cloakfs then serves through FUSE over
+#                  io_uring; peers that do not register rings keep /dev/fuse); keep leaves it
 #   -o DIR         peers.sh results directory (default $FSB_BASE/results/cloakfs-<date-time>)
 #   --report-dir D where the Markdown report goes (default bench/results of this repo)
 #   --report-only DIR   only (re)write the report from an existing results directory
@@ -51,6 +54,7 @@ die() { echo "run.sh: $*" >&2; exit 2; }
 ROUNDS=2
 BUILD=1
 CPU_PASS=1
+FUSE_URING=on
 RES=""
 REPORT_DIR="$HERE/results"
 REPORT_ONLY=""
@@ -62,6 +66,7 @@ while [ $# -gt 0 ]; do
         -o) [ $# -ge 2 ] || die "-o needs a value"; RES=$2; shift 2 ;;
         --no-build) BUILD=0; shift ;;
         --no-cpu-pass) CPU_PASS=0; shift ;;
+        --fuse-uring) [ $# -ge 2 ] || die "--fuse-uring needs on, off or keep"; FUSE_URING=$2; shift 2 ;;
         --report-dir) [ $# -ge 2 ] || die "--report-dir needs a value"; REPORT_DIR=$2; shift 2 ;;
         --report-only) [ $# -ge 2 ] || die "--report-only needs a value"; REPORT_ONLY=$2; shift 2 ;;
         -h|--help) usage; exit 0 ;;
@@ -70,6 +75,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "-r wants a positive number, not '$ROUNDS'"
+case $FUSE_URING in on|off|keep) ;; *) die "--fuse-uring wants on, off or keep, not '$FUSE_URING'" ;; esac
 [ ${#FSLIST[@]} -gt 0 ] || FSLIST=(plain passthrough gocryptfs securefs cloakfs)
 
 report() {  # RESULTS_DIR
@@ -114,9 +120,14 @@ export FSB_HOOKS="$HERE/hooks.sh"
 # peers.sh unmounts after every run; if it is interrupted, unmount whatever it left under
 # $FSB_BASE/run (the daemons exit when their file system is unmounted).
 STEAL_PID=""
+URING_PARAM=/sys/module/fuse/parameters/enable_uring
+URING_WAS=""
 cleanup() {
     local m
     [ -z "$STEAL_PID" ] || kill "$STEAL_PID" 2>/dev/null || true
+    if [ -n "$URING_WAS" ]; then
+        echo "$URING_WAS" > "$URING_PARAM" 2>/dev/null || echo "run.sh: WARNING: could not put $URING_PARAM back to $URING_WAS" >&2
+    fi
     while read -r _ m _; do
         case $m in
             "$FSB_BASE"/run/*) echo "run.sh: unmounting leftover $m" >&2; fusermount3 -uz "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true ;;
@@ -125,6 +136,23 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+
+# FUSE over io_uring: a kernel parameter, off by default; set for this run, put back at exit.
+URING_STATE="not offered by this kernel ($URING_PARAM missing)"
+if [ -e "$URING_PARAM" ]; then
+    was=$(cat "$URING_PARAM")
+    if [ "$FUSE_URING" = keep ]; then
+        URING_STATE="left as found ($was)"
+    else
+        want=N; [ "$FUSE_URING" = on ] && want=Y
+        if [ "$was" != "$want" ]; then
+            echo "$want" > "$URING_PARAM" || die "cannot write $URING_PARAM (root needed)"
+            URING_WAS=$was
+        fi
+        URING_STATE="$want for this run (was $was)"
+    fi
+    echo "run.sh: FUSE over io_uring: enable_uring $URING_STATE" >&2
+fi
 
 wait_samplers() {  # the .mem samplers end within FSB_MEM_INTERVAL of their daemon
     local i
@@ -147,6 +175,7 @@ wait_samplers() {  # the .mem samplers end within FSB_MEM_INTERVAL of their daem
         echo "cloakfs_mount_opts: ${CLOAKFS_MOUNT_OPTS:-}"
         echo "cloakfs_init_opts: ${CLOAKFS_INIT_OPTS:-}"
     fi
+    echo "fuse_io_uring: enable_uring $URING_STATE"
     echo "rustc: $(rustc --version 2>/dev/null || echo none)"
     echo "memory_sampler: ${FSB_MEM_SAMPLE:-1} interval ${FSB_MEM_INTERVAL:-0.5}s"
     env | grep -E '^FSB_(WORKLOADS|SEQ_MB|RAND_MB|RAND_SECS|RAND_JOBS|NSMALL|SMALL_KB|SMALL_READS|LS_REPS|TREE_TAR|PM_FILES|PM_TX|PM_SUBDIRS|COMPILE_TAR|COMPILE_TARGET|TIMEOUT|NO_DROP|QUIET_MAX|QUIET_CORES|BASE)=' | sort | sed 's/^/env: /' || true

@@ -53,6 +53,7 @@ pub struct ParsedOptions {
     pub foreground: bool,
     pub writeback_cache: bool,
     pub bind: Option<BindTo>,
+    pub no_io_uring: bool,
 }
 
 /// Parses every `-o` argument (each a comma-separated list).
@@ -93,6 +94,7 @@ pub fn parse(args: &[String]) -> Result<ParsedOptions> {
                     _ => return Err(Failure::usage("bind must be user or session")),
                 })
             }
+            "no_io_uring" => p.no_io_uring = true,
             "threads" => {
                 p.threads = Some(
                     need(value)?
@@ -147,6 +149,8 @@ mod tests {
         assert!(p.read_only);
         assert!(!p.writeback_cache);
         assert!(parse(&["writeback_cache".into()]).unwrap().writeback_cache);
+        assert!(!p.no_io_uring);
+        assert!(parse(&["no_io_uring".into()]).unwrap().no_io_uring);
         assert_eq!(p.threads, Some(4));
         assert_eq!(p.cache_timeout, Some(2.5));
         assert_eq!(p.fsname.as_deref(), Some("x"));

@@ -52,6 +52,8 @@ pub(crate) struct CloakFs {
     pub(crate) syncer: Syncer,
     /// Whether the kernel may take the writeback cache (see `ops::WriteCache`).
     pub(crate) writeback_cache: bool,
+    /// Ask for FUSE over io_uring in the handshake if the kernel offers it.
+    pub(crate) io_uring: bool,
 }
 
 impl CloakFs {
@@ -117,6 +119,7 @@ impl CloakFs {
             local_opens,
             syncer: Syncer::new(),
             writeback_cache: false,
+            io_uring: false,
         })
     }
 

@@ -39,6 +39,7 @@ mod reverse;
 mod sys;
 pub mod tree;
 mod tree_ops;
+mod uring;
 mod xattr;
 
 pub use binding::Binding;
@@ -86,6 +87,9 @@ pub struct MountOptions {
     pub writeback_cache: bool,
     /// Whom the mount serves (`--bind`); None: whoever the kernel lets in.
     pub binding: Option<Binding>,
+    /// Serve requests through FUSE over io_uring when the kernel offers it (else, and when
+    /// the rings cannot be set up, through reads and writes of /dev/fuse).
+    pub io_uring: bool,
 }
 
 impl MountOptions {
@@ -102,6 +106,7 @@ impl MountOptions {
             cache_timeout: DEFAULT_CACHE_TIMEOUT,
             writeback_cache: false,
             binding: None,
+            io_uring: true,
         }
     }
 
@@ -217,6 +222,7 @@ fn kernel_option(o: &str) -> KernelOption {
 /// the daemon must leave with `_exit` (no destructors), or the mount goes with it.
 pub struct Mounted {
     session: fuser::Session<binding::Bound<fs::CloakFs>>,
+    transport: Transport,
     /// Where it is mounted.
     pub mountpoint: PathBuf,
 }
@@ -252,11 +258,13 @@ pub fn mount(
         notifier.clone(),
     )?;
     fs.writeback_cache = opts.writeback_cache;
+    fs.io_uring = opts.io_uring;
     let fs = binding::Bound::new(fs, opts.binding);
     let session = new_session(fs, mountpoint, &opts.session_config())?;
     let _ = notifier.set(session.notifier());
     Ok(Mounted {
         session,
+        transport: Transport::choose(opts.threads),
         mountpoint: mountpoint.to_path_buf(),
     })
 }
@@ -279,7 +287,11 @@ impl std::fmt::Debug for MountedReverse {
 impl MountedReverse {
     /// Serves requests until the view is unmounted.
     pub fn run(self) -> io::Result<()> {
-        serve(self.session, self.mountpoint)
+        serve(
+            self.session,
+            Transport::DevFuse("the reverse view does not use io_uring yet".into()),
+            self.mountpoint,
+        )
     }
 }
 
@@ -369,7 +381,7 @@ impl Mounted {
     /// cipher directory afterwards for durability). Logs one info line when it ends normally,
     /// one error line otherwise.
     pub fn run(self) -> io::Result<()> {
-        serve(self.session, self.mountpoint)
+        serve(self.session, self.transport, self.mountpoint)
     }
 
     /// A handle for sending cache invalidations to the kernel.
@@ -378,13 +390,102 @@ impl Mounted {
     }
 }
 
+/// How many requests this process has served through FUSE over io_uring, over all its
+/// mounts: what shows that a mount uses the rings.
+pub fn io_uring_requests_served() -> u64 {
+    uring::SERVED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// How requests reach the daemon, decided after the handshake.
+#[derive(Debug)]
+pub(crate) enum Transport {
+    /// FUSE over io_uring, falling back to /dev/fuse if the rings cannot be set up.
+    IoUring(uring::UringPlan),
+    /// Reads and writes of /dev/fuse, and why not io_uring.
+    DevFuse(String),
+}
+
+impl Transport {
+    /// The transport for a mount whose handshake just ran on this thread.
+    fn choose(threads: usize) -> Self {
+        match ops::take_uring_outcome() {
+            ops::UringOutcome::TurnedOff => {
+                Transport::DevFuse("io_uring turned off: --no-io-uring".into())
+            }
+            ops::UringOutcome::NotOffered => Transport::DevFuse(
+                "the kernel does not offer FUSE over io_uring: \
+                 /sys/module/fuse/parameters/enable_uring is off, or Linux is older than 6.14"
+                    .into(),
+            ),
+            ops::UringOutcome::NotAllowed(why) => Transport::DevFuse(format!(
+                "this process may not set up an io_uring: {why} (see kernel.io_uring_disabled)"
+            )),
+            ops::UringOutcome::Negotiated => {
+                // The kernel wants room for max_write and for max_pages of a read.
+                let max_pages = std::fs::read_to_string("/proc/sys/fs/fuse/max_pages_limit")
+                    .ok()
+                    .and_then(|s| s.trim().parse::<usize>().ok())
+                    .unwrap_or(256)
+                    .min(ops::MAX_WRITE as usize / 4096);
+                Transport::IoUring(uring::UringPlan {
+                    threads,
+                    payload_size: (ops::MAX_WRITE as usize).max(max_pages * 4096),
+                })
+            }
+        }
+    }
+}
+
 /// Serves `session` until the file system at `mountpoint` is unmounted (see
 /// [`Mounted::run`]).
-fn serve<FS: fuser::Filesystem>(
+fn serve<FS: fuser::Filesystem + 'static>(
     session: fuser::Session<FS>,
+    transport: Transport,
     mountpoint: PathBuf,
 ) -> io::Result<()> {
-    let mut background = session.spawn()?;
+    let shown = mountpoint.display().to_string();
+    let mut background = match transport {
+        Transport::DevFuse(why) => {
+            tracing::info!("{shown}: FUSE requests through /dev/fuse ({why})");
+            session.spawn()?
+        }
+        Transport::IoUring(plan) => {
+            let mountpoint = mountpoint.clone();
+            session.spawn_with(move |dispatcher| {
+                let (threads, registered) = uring::start(dispatcher, &plan);
+                match registered {
+                    Ok((queues, per_queue)) => tracing::info!(
+                        "{shown}: FUSE requests through io_uring ({queues} queues, {per_queue} \
+                         ring entries each)"
+                    ),
+                    // The connection ended before the rings were up (an unmount right
+                    // after the mount, as when `cloakfs run`'s command cannot start):
+                    // nothing is left to serve or to detach.
+                    Err(e)
+                        if matches!(
+                            e.raw_os_error(),
+                            Some(libc::ENOTCONN) | Some(libc::ECONNABORTED)
+                        ) =>
+                    {
+                        tracing::debug!(
+                            "{shown}: unmounted before FUSE over io_uring was set up: {e}"
+                        )
+                    }
+                    Err(e) => {
+                        // The kernel was told to use the rings and holds every request until
+                        // they are complete: nothing can be served. Detach the mount, which
+                        // ends the session, rather than leave callers hanging.
+                        tracing::error!(
+                            "{shown}: FUSE over io_uring was negotiated but a ring entry could \
+                             not be registered: {e}; unmounting (mount with --no-io-uring)"
+                        );
+                        sys::detach(&mountpoint);
+                    }
+                }
+                threads
+            })?
+        }
+    };
     // fuser unmounts again when its session handle goes, even after the unmount that
     // ended the session (its "still mounted?" check cannot tell): as root that fails
     // noisily, without root it runs `fusermount3 -u -z`, which could detach a new mount

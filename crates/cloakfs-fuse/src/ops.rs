@@ -64,11 +64,37 @@ pub(crate) enum WriteCache {
     Writeback,
 }
 
+/// What the handshake decided about FUSE over io_uring.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum UringOutcome {
+    /// The INIT reply asked for it: the kernel now holds every request until each CPU's queue
+    /// has a ring entry.
+    Negotiated,
+    /// The mount does not want it (`--no-io-uring`, or the multi-user tree).
+    TurnedOff,
+    /// The kernel does not offer it.
+    NotOffered,
+    /// The kernel offers it but this process may not set up a ring (why).
+    NotAllowed(String),
+}
+
+thread_local! {
+    /// The outcome of the last handshake on this thread. The handshake runs on the thread that
+    /// mounts (`fuser::Session::new`), which takes it right after.
+    static URING_OUTCOME: std::cell::RefCell<UringOutcome> =
+        const { std::cell::RefCell::new(UringOutcome::TurnedOff) };
+}
+
+/// What the handshake just made on this thread decided about FUSE over io_uring.
+pub(crate) fn take_uring_outcome() -> UringOutcome {
+    URING_OUTCOME.with(|o| o.replace(UringOutcome::TurnedOff))
+}
+
 /// Negotiates the connection: large writes, readdirplus, parallel directory operations,
 /// kept caches, and the write cache `cache` (the multi-user tree never takes the writeback
 /// cache: cached writes reach us from kernel threads with the wrong caller).
-pub(crate) fn negotiate(config: &mut KernelConfig, cache: WriteCache) {
-    negotiate_except(config, cache, InitFlags::empty());
+pub(crate) fn negotiate(config: &mut KernelConfig, cache: WriteCache, io_uring: bool) {
+    negotiate_except(config, cache, io_uring, InitFlags::empty());
 }
 
 /// The capabilities that make the kernel list directories with readdirplus.
@@ -77,7 +103,12 @@ pub(crate) const READDIRPLUS: InitFlags =
 
 /// [`negotiate`] without the capabilities in `except` (a file system that does not serve
 /// readdirplus, such as the reverse view, leaves out [`READDIRPLUS`]).
-pub(crate) fn negotiate_except(config: &mut KernelConfig, cache: WriteCache, except: InitFlags) {
+pub(crate) fn negotiate_except(
+    config: &mut KernelConfig,
+    cache: WriteCache,
+    io_uring: bool,
+    except: InitFlags,
+) {
     let mut want = InitFlags::FUSE_ASYNC_READ
         | InitFlags::FUSE_BIG_WRITES
         | InitFlags::FUSE_MAX_PAGES
@@ -98,6 +129,25 @@ pub(crate) fn negotiate_except(config: &mut KernelConfig, cache: WriteCache, exc
         WriteCache::Writeback => want |= InitFlags::FUSE_WRITEBACK_CACHE,
     }
     want &= !except;
+    // Asked for only when it can work: once the INIT reply carries the flag, the kernel sends
+    // nothing until the rings are registered.
+    let outcome = if !io_uring {
+        UringOutcome::TurnedOff
+    } else if !config
+        .capabilities()
+        .contains(InitFlags::FUSE_OVER_IO_URING)
+    {
+        UringOutcome::NotOffered
+    } else {
+        match crate::uring::probe() {
+            Ok(()) => {
+                want |= InitFlags::FUSE_OVER_IO_URING;
+                UringOutcome::Negotiated
+            }
+            Err(e) => UringOutcome::NotAllowed(e.to_string()),
+        }
+    };
+    URING_OUTCOME.with(|o| o.replace(outcome));
     let _ = config.add_capabilities(want & config.capabilities());
     if let Err(max) = config.set_max_write(MAX_WRITE) {
         let _ = config.set_max_write(max);
@@ -123,6 +173,7 @@ impl Filesystem for CloakFs {
             } else {
                 WriteCache::WriteThrough
             },
+            self.io_uring,
         );
         Ok(())
     }

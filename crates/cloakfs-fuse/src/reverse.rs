@@ -428,6 +428,7 @@ impl Filesystem for ReverseFs {
         crate::ops::negotiate_except(
             config,
             crate::ops::WriteCache::WriteThrough,
+            false,
             crate::ops::READDIRPLUS,
         );
         Ok(())

@@ -376,7 +376,11 @@ impl MountedTree {
     /// Serves requests until the tree is unmounted, then closes every attach's files (see
     /// [`crate::Mounted::run`]).
     pub fn run(self) -> io::Result<()> {
-        crate::serve(self.session, self.mountpoint)
+        crate::serve(
+            self.session,
+            crate::Transport::DevFuse("the multi-user tree does not use io_uring yet".into()),
+            self.mountpoint,
+        )
     }
 }
 

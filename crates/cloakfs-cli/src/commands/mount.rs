@@ -19,7 +19,7 @@ or in /etc/fstab: `/srv/vault.enc /srv/vault fuse.cloakfs passfile=/etc/cloakfs/
 
 -o takes: ro, rw, allow_other, allow_root, default_permissions, nonempty, fsname=NAME, \
 passfile=FILE, extpass=CMD, keyfile=FILE, identity=FILE, threads=N, cache_timeout=SECS, \
-log_file=FILE, foreground, writeback_cache, bind=user|session, the kernel's nosuid, nodev, noexec, atime \
+log_file=FILE, foreground, writeback_cache, bind=user|session, no_io_uring, the kernel's nosuid, nodev, noexec, atime \
 options, sync, dirsync and lazytime, and ignores what belongs to mount(8) (defaults, auto, \
 noauto, user, users, _netdev, nofail, x-systemd.*).
 
@@ -51,6 +51,10 @@ pub struct MountArgs {
     /// other request gets EACCES before anything is decrypted (also `-o bind=user|session`).
     #[arg(long, value_name = "WHOM")]
     pub bind: Option<BindTo>,
+    /// Serve FUSE requests through /dev/fuse even where the kernel offers FUSE over io_uring
+    /// (`-o no_io_uring`).
+    #[arg(long)]
+    pub no_io_uring: bool,
     /// Append the daemon's log to FILE (default: syslog when daemonized).
     #[arg(long, value_name = "FILE")]
     pub log_file: Option<PathBuf>,
@@ -77,6 +81,9 @@ pub fn run(args: MountArgs) -> Result<()> {
     let mut mo = fuse_options(&cipherdir, &o, args.threads, args.cache_timeout);
     // Before daemonizing: the daemon leads a session of its own.
     mo.binding = args.bind.or(o.bind).map(BindTo::binding).transpose()?;
+    if args.no_io_uring {
+        mo.io_uring = false;
+    }
     let mounted = cloakfs_fuse::mount(volume, &cipherdir, &mountpoint, &mo)
         .map_err(|e| Failure::mount(format!("cannot mount on {}: {e}", mountpoint.display())))?;
 
@@ -150,6 +157,7 @@ pub(crate) fn fuse_options(
     mo.default_permissions = o.default_permissions;
     mo.kernel_options = o.kernel.clone();
     mo.writeback_cache = o.writeback_cache;
+    mo.io_uring = !o.no_io_uring;
     if let Some(n) = o.fsname.clone() {
         mo.fsname = n;
     }
