@@ -50,6 +50,7 @@ pub struct ParsedOptions {
     pub cache_timeout: Option<f64>,
     pub log_file: Option<PathBuf>,
     pub foreground: bool,
+    pub shared_storage: bool,
 }
 
 /// Parses every `-o` argument (each a comma-separated list).
@@ -82,6 +83,10 @@ pub fn parse(args: &[String]) -> Result<ParsedOptions> {
             "identity" => p.identity.push(need(value)?.into()),
             "log_file" => p.log_file = Some(need(value)?.into()),
             "foreground" => p.foreground = true,
+            "shared_storage" if value.is_none() => p.shared_storage = true,
+            "shared_storage" => {
+                return Err(Failure::usage("mount option shared_storage takes no value"))
+            }
             "threads" => {
                 p.threads = Some(
                     need(value)?
@@ -116,6 +121,14 @@ pub fn parse(args: &[String]) -> Result<ParsedOptions> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shared_storage_is_a_flag() {
+        assert!(parse(&["shared_storage,ro".into()]).unwrap().shared_storage);
+        assert!(!parse(&["ro".into()]).unwrap().shared_storage);
+        let e = parse(&["shared_storage=1".into()]).unwrap_err();
+        assert_eq!(e.to_string(), "mount option shared_storage takes no value");
+    }
 
     #[test]
     fn fstab_style() {

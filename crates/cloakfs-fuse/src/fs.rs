@@ -9,7 +9,9 @@ use crate::inode::{Inode, InodeTable, Kind};
 use crate::prune::Pruner;
 use crate::sys::{self, errno, NodeFd, Res};
 use cloakfs_core::format::content::ContentCodec;
+use crate::shared::Coherence;
 use cloakfs_core::io::file::ContentFile;
+use cloakfs_core::io::shared::Sharing;
 use cloakfs_core::Volume;
 use fuser::{AccessFlags, Errno, FileAttr, INodeNo, Notifier, Request};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -50,6 +52,8 @@ pub(crate) struct CloakFs {
     local_opens: bool,
     /// Makes new directory IDs durable off the request path.
     pub(crate) syncer: Syncer,
+    /// Whether other machines share the cipher directory, and what that needs.
+    pub(crate) coherence: Coherence,
 }
 
 impl CloakFs {
@@ -111,10 +115,18 @@ impl CloakFs {
             attach_owner,
             warned: Mutex::new(HashSet::new()),
             dir_ids: DirIdCache::default(),
+            coherence: Coherence::new(Sharing::Alone, notifier.clone()),
             pruner: Pruner::for_fd_limit(notifier),
             local_opens,
             syncer: Syncer::new(),
         })
+    }
+
+    /// The same file system, its cipher directory shared with other machines as `sharing`
+    /// says.
+    pub(crate) fn sharing(mut self, sharing: Sharing) -> Self {
+        self.coherence = Coherence::new(sharing, self.coherence.notifier());
+        self
     }
 
     /// The node `nodeid`; ESTALE if the kernel should not know it.
@@ -243,6 +255,7 @@ impl CloakFs {
 
     /// Fresh attributes of `inode`.
     pub(crate) fn stat(&self, inode: &Inode) -> Res<FileAttr> {
+        self.coherence.sharing.refresh_attrs(inode.fd());
         let st = rustix::fs::fstat(inode.fd()).map_err(errno)?;
         Ok(self.attr_of(inode, &Meta::from_stat(&st)))
     }
@@ -351,7 +364,7 @@ impl CloakFs {
             Some(file) => (file, false),
             None => (
                 inode
-                    .acquire(&self.codec, writable, self.read_only)
+                    .acquire(&self.codec, self.coherence.sharing, writable, self.read_only)
                     .map_err(|e| self.fail(&e, inode.fd(), None))?,
                 true,
             ),

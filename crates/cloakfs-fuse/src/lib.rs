@@ -31,11 +31,13 @@ mod inode;
 mod ops;
 mod prune;
 mod readdir;
+mod shared;
 mod sys;
 pub mod tree;
 mod tree_ops;
 mod xattr;
 
+pub use cloakfs_core::io::shared::Sharing;
 pub use creds::{CredGuard, Creds};
 pub use tree::{
     mount_tree, Access, AttachId, AttachSpec, Caller, Gate, MountedTree, Need, TreeHandle, Verdict,
@@ -73,6 +75,8 @@ pub struct MountOptions {
     pub threads: usize,
     /// How long the kernel may cache attributes and directory entries.
     pub cache_timeout: Duration,
+    /// Whether other machines mount the cipher directory too (`--shared-storage`).
+    pub sharing: Sharing,
 }
 
 impl MountOptions {
@@ -87,6 +91,7 @@ impl MountOptions {
             fsname: cipherdir.display().to_string(),
             threads: 8,
             cache_timeout: DEFAULT_CACHE_TIMEOUT,
+            sharing: Sharing::Alone,
         }
     }
 
@@ -235,7 +240,8 @@ pub fn mount(
         opts.cache_timeout,
         opts.read_only,
         notifier.clone(),
-    )?;
+    )?
+    .sharing(opts.sharing);
     let session = new_session(fs, mountpoint, &opts.session_config())?;
     let _ = notifier.set(session.notifier());
     Ok(Mounted {

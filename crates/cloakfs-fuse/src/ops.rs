@@ -29,10 +29,6 @@ pub(crate) const DIRTY_SHARE_PERCENT: u64 = 5;
 /// Background requests (readahead, writeback) the kernel may have in flight.
 const MAX_BACKGROUND: u16 = 64;
 
-/// What an open file or directory handle tells the kernel: keep cached pages across opens
-/// (they are dropped when a later attribute refresh shows a change).
-const OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE;
-
 fn reply_entry(reply: ReplyEntry, ttl: &std::time::Duration, r: Res<FileAttr>) {
     match r {
         Ok(attr) => reply.entry(ttl, &attr, Generation(0)),
@@ -48,9 +44,8 @@ fn reply_empty(reply: ReplyEmpty, r: Res<()>) {
 }
 
 /// Negotiates the connection: large writes, readdirplus, parallel directory operations,
-/// kept caches... and, only if `writeback`, the kernel's writeback cache (the multi-user tree
-/// leaves it off: cached writes reach us from kernel threads with the wrong caller).
-pub(crate) fn negotiate(config: &mut KernelConfig, writeback: bool) {
+/// kept caches... and `extra` (the writeback cache or locks: see `Coherence::capabilities`).
+pub(crate) fn negotiate(config: &mut KernelConfig, extra: InitFlags) {
     let mut want = InitFlags::FUSE_ASYNC_READ
         | InitFlags::FUSE_BIG_WRITES
         | InitFlags::FUSE_MAX_PAGES
@@ -65,11 +60,9 @@ pub(crate) fn negotiate(config: &mut KernelConfig, writeback: bool) {
         // backing file system drops security.capability on our own writes, truncates and
         // chowns. In return the kernel stops asking for security.capability before writes.
         | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
-    if writeback {
-        // The kernel then keeps written pages and sends them in large batches; it also
-        // handles O_APPEND and mtime itself.
-        want |= InitFlags::FUSE_WRITEBACK_CACHE;
-    }
+    // The writeback cache: the kernel then keeps written pages and sends them in large
+    // batches; it also handles O_APPEND and mtime itself.
+    want |= extra;
     let _ = config.add_capabilities(want & config.capabilities());
     if let Err(max) = config.set_max_write(MAX_WRITE) {
         let _ = config.set_max_write(max);
@@ -88,7 +81,8 @@ pub(crate) fn negotiate(config: &mut KernelConfig, writeback: bool) {
 
 impl Filesystem for CloakFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        negotiate(config, !self.read_only);
+        // The writeback cache only if writable (and alone).
+        negotiate(config, self.coherence.capabilities(!self.read_only));
         Ok(())
     }
 
@@ -100,7 +94,11 @@ impl Filesystem for CloakFs {
         match self.do_lookup(parent, name) {
             Ok(attr) => reply.entry(&self.ttl, &attr, Generation(0)),
             // A cacheable "no such entry": compilers probe many missing headers.
-            Err(e) if e == Errno::ENOENT => reply.entry(&self.ttl, &negative_attr(), Generation(0)),
+            Err(e) if e == Errno::ENOENT => reply.entry(
+                &self.coherence.negative_ttl(self.ttl),
+                &negative_attr(),
+                Generation(0),
+            ),
             Err(e) => reply.error(e),
         }
     }
@@ -228,7 +226,7 @@ impl Filesystem for CloakFs {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.do_open(req, ino, flags.0) {
-            Ok(()) => reply.opened(FileHandle(0), OPEN_FLAGS),
+            Ok(()) => reply.opened(FileHandle(0), self.coherence.open_flags()),
             Err(e) => reply.error(e),
         }
     }
@@ -276,15 +274,57 @@ impl Filesystem for CloakFs {
     fn flush(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
-        _lock_owner: LockOwner,
+        lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        if self.coherence.sharing.is_shared() {
+            // A close drops the closing process's locks (the kernel leaves that to flush).
+            self.coherence.drop_owner(ino.0, lock_owner.0);
+            return reply.ok();
+        }
         // Writes reach the backing file synchronously, and the kernel writes its cached pages
         // (and reports their errors) before it would send a flush; locks are the kernel's.
         // ENOSYS tells it to send no more flushes: one round trip less per close.
         reply.error(Errno::ENOSYS);
+    }
+
+    fn getlk(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        _pid: u32,
+        reply: fuser::ReplyLock,
+    ) {
+        match self.do_getlk(ino, lock_owner.0, start, end, typ) {
+            Ok((start, end, typ, pid)) => reply.locked(start, end, typ, pid),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setlk(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        _pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(
+            reply,
+            self.do_setlk(ino, lock_owner.0, start, end, typ, sleep),
+        );
     }
 
     fn release(
@@ -293,12 +333,18 @@ impl Filesystem for CloakFs {
         ino: INodeNo,
         _fh: FileHandle,
         _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
+        lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        if let Some(owner) = lock_owner {
+            // The handle's flock.
+            self.coherence.drop_owner(ino.0, owner.0);
+        }
         if let Some(inode) = self.inodes.get(ino.0) {
-            inode.release();
+            if inode.release() {
+                self.coherence.drop_node(ino.0);
+            }
         }
         reply.ok();
     }
@@ -322,7 +368,7 @@ impl Filesystem for CloakFs {
         match self.do_opendir(ino) {
             // The kernel may keep the listing; it drops it when the directory changes
             // through this mount or its mtime changes.
-            Ok(fh) => reply.opened(FileHandle(fh), OPEN_FLAGS | FopenFlags::FOPEN_CACHE_DIR),
+            Ok(fh) => reply.opened(FileHandle(fh), self.coherence.open_flags() | FopenFlags::FOPEN_CACHE_DIR),
             Err(e) => reply.error(e),
         }
     }
@@ -451,7 +497,9 @@ impl Filesystem for CloakFs {
         reply: ReplyCreate,
     ) {
         match self.do_create(req, parent, name, mode, flags) {
-            Ok(attr) => reply.created(&self.ttl, &attr, Generation(0), FileHandle(0), OPEN_FLAGS),
+            Ok(attr) => reply.created(&self.ttl, &attr, Generation(0), FileHandle(0),
+                self.coherence.open_flags(),
+            ),
             Err(e) => reply.error(e),
         }
     }

@@ -193,7 +193,7 @@ impl TreeFs {
 
 impl Filesystem for TreeFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        crate::ops::negotiate(config, false);
+        crate::ops::negotiate(config, fuser::InitFlags::empty());
         Ok(())
     }
 

@@ -29,6 +29,12 @@ pub struct MountArgs {
     /// if another machine or a sync client writes to it while it is mounted.
     #[arg(long, value_name = "SECS")]
     pub cache_timeout: Option<f64>,
+    /// Other machines mount the same cipher directory from a shared store (GlusterFS, NFS,
+    /// sshfs): close-to-open consistency, block rewrites and application locks coordinated
+    /// through the store, cache timeout 1 s unless given. On automatically where the cipher
+    /// directory lies on a network file system (README: Shared and distributed storage).
+    #[arg(long)]
+    pub shared_storage: bool,
     /// Append the daemon's log to FILE (default: syslog when daemonized).
     #[arg(long, value_name = "FILE")]
     pub log_file: Option<PathBuf>,
@@ -77,6 +83,11 @@ pub fn run(args: MountArgs) -> Result<()> {
     if let Some(t) = args.threads.or(o.threads) {
         mo.threads = t;
     }
+    let detected = network_file_system(&cipherdir);
+    if args.shared_storage || o.shared_storage || detected.is_some() {
+        mo.sharing = cloakfs_fuse::Sharing::Shared;
+        mo.cache_timeout = SHARED_CACHE_TIMEOUT;
+    }
     if let Some(t) = args.cache_timeout.or(o.cache_timeout) {
         mo.cache_timeout = Duration::from_secs_f64(t);
     }
@@ -102,6 +113,9 @@ pub fn run(args: MountArgs) -> Result<()> {
         }
     }
     crate::signals::unmount_on_signal(mountpoint.clone());
+    if let Some(fstype) = detected {
+        tracing::info!("cipher directory on {fstype}: shared-storage mode");
+    }
     tracing::info!(
         "serving {} on {}",
         cipherdir.display(),
@@ -112,6 +126,60 @@ pub fn run(args: MountArgs) -> Result<()> {
         .map_err(|e| Failure::mount(format!("file system session ended with an error: {e}")))?;
     sync_dir(&cipherdir);
     Ok(())
+}
+
+/// The cache timeout of a shared-storage mount unless one is given: how late other clients'
+/// attribute and name changes may show, as NFS's default minimum.
+const SHARED_CACHE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// File system types (as /proc/self/mountinfo names them) that other machines mount too.
+const NETWORK_FS: &[&str] = &[
+    "nfs",
+    "nfs4",
+    "cifs",
+    "smb3",
+    "ceph",
+    "fuse.ceph",
+    "glusterfs",
+    "fuse.glusterfs",
+    "fuse.sshfs",
+    "lustre",
+    "gfs2",
+    "ocfs2",
+    "9p",
+];
+
+/// The type of the network file system `dir` (canonical) lies on, if it does.
+fn network_file_system(dir: &Path) -> Option<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    mount_type_of(&info, dir).filter(|t| NETWORK_FS.contains(&t.as_str()))
+}
+
+/// The file system type of the mount in `mountinfo` that holds `dir`: the one with the
+/// longest mount point above it (the last one mounted there, if several).
+fn mount_type_of(mountinfo: &str, dir: &Path) -> Option<String> {
+    let mut best: Option<(usize, String)> = None;
+    for line in mountinfo.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let sep = fields.iter().position(|f| *f == "-")?;
+        let (Some(point), Some(fstype)) = (fields.get(4), fields.get(sep + 1)) else {
+            continue;
+        };
+        // mountinfo escapes space, tab, newline and backslash in octal.
+        let point = point
+            .replace("\\040", " ")
+            .replace("\\011", "\t")
+            .replace("\\012", "\n")
+            .replace("\\134", "\\");
+        let point = Path::new(&point);
+        if dir.starts_with(point) {
+            let depth = point.components().count();
+            if best.as_ref().is_none_or(|(d, _)| depth >= *d) {
+                best = Some((depth, fstype.to_string()));
+            }
+        }
+    }
+    best.map(|(_, t)| t)
 }
 
 fn absolute_dir(p: &Path, what: &str) -> Result<PathBuf> {
@@ -175,5 +243,27 @@ fn sync_dir(dir: &Path) {
         use std::os::fd::AsRawFd;
         // SAFETY: syncfs on a valid open descriptor.
         unsafe { libc::syncfs(f.as_raw_fd()) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MOUNTINFO: &str = "\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+40 22 0:35 / /srv/team rw,relatime shared:2 - fuse.glusterfs 10.0.0.1:vol rw,user_id=0
+41 40 0:36 / /srv/team/local\\040disk rw - ext4 /dev/sdb1 rw
+50 22 0:40 / /mnt/nas rw - nfs4 nas:/export rw
+";
+
+    #[test]
+    fn the_deepest_mount_above_the_directory_decides() {
+        let t = |p: &str| mount_type_of(MOUNTINFO, Path::new(p));
+        assert_eq!(t("/srv/team/crypt").as_deref(), Some("fuse.glusterfs"));
+        assert_eq!(t("/srv/team/local disk/c").as_deref(), Some("ext4"));
+        assert_eq!(t("/srv/teamx").as_deref(), Some("ext4"));
+        assert_eq!(t("/mnt/nas/c").as_deref(), Some("nfs4"));
+        assert!(NETWORK_FS.contains(&"fuse.glusterfs") && !NETWORK_FS.contains(&"ext4"));
     }
 }

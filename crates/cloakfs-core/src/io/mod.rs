@@ -2,5 +2,6 @@
 //! backing entries.
 
 pub mod file;
+pub mod shared;
 pub(crate) mod stream;
 pub mod xattrs;
