@@ -57,6 +57,12 @@ EOF
     gluster_cli "$d" volume create "$vol" replica 2 "$addr:$d/b1" "$addr:$d/b2" force >/dev/null
     # A client that loses every brick fails its calls after this many seconds (default 42).
     gluster_cli "$d" volume set "$vol" network.ping-timeout 5 >/dev/null
+    # Each client keeps whole small files (quick-read) and their attributes (md-cache) for a
+    # second without asking the bricks, also past another client's write and lock: a
+    # read-modify-write across clients (cloakfs's, or any application's) would read stale
+    # bytes. README: Shared and distributed storage.
+    gluster_cli "$d" volume set "$vol" performance.quick-read off >/dev/null
+    gluster_cli "$d" volume set "$vol" performance.stat-prefetch off >/dev/null
     gluster_cli "$d" volume start "$vol" >/dev/null
     local m
     for m in m1 m2; do
@@ -72,6 +78,7 @@ up_sshfs() {
     local d=$1 port
     echo sshfs >"$d/kind"
     mkdir -p "$d/export" "$d/m1" "$d/m2" "$d/ssh"
+    rm -f "$d/ssh/host_key"* "$d/ssh/client_key"*
     ssh-keygen -q -t ed25519 -N '' -f "$d/ssh/host_key"
     ssh-keygen -q -t ed25519 -N '' -f "$d/ssh/client_key"
     cp "$d/ssh/client_key.pub" "$d/ssh/authorized_keys"

@@ -51,6 +51,7 @@ pub struct ParsedOptions {
     pub log_file: Option<PathBuf>,
     pub foreground: bool,
     pub shared_storage: bool,
+    pub no_shared_storage: bool,
 }
 
 /// Parses every `-o` argument (each a comma-separated list).
@@ -84,8 +85,9 @@ pub fn parse(args: &[String]) -> Result<ParsedOptions> {
             "log_file" => p.log_file = Some(need(value)?.into()),
             "foreground" => p.foreground = true,
             "shared_storage" if value.is_none() => p.shared_storage = true,
-            "shared_storage" => {
-                return Err(Failure::usage("mount option shared_storage takes no value"))
+            "no_shared_storage" if value.is_none() => p.no_shared_storage = true,
+            "shared_storage" | "no_shared_storage" => {
+                return Err(Failure::usage(format!("mount option {key} takes no value")))
             }
             "threads" => {
                 p.threads = Some(

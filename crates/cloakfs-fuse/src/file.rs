@@ -155,8 +155,13 @@ impl CloakFs {
             self.kill_suidgid_on_truncate(req, &inode)?;
         }
         let f = inode
-            .acquire(&self.codec, self.coherence.sharing, writable, self.read_only)
-            .map_err(|e| self.fail(&e, inode.fd(), None))?;
+            .acquire(
+                &self.codec,
+                self.coherence.sharing,
+                writable,
+                self.read_only,
+            )
+            .map_err(|e| self.coherence.stale(self.fail(&e, inode.fd(), None)))?;
         let ready = if trunc {
             f.truncate(0)
         } else {
@@ -207,7 +212,9 @@ impl CloakFs {
                     self.inodes.forget(inode.nodeid, 1);
                     return Err(e);
                 }
-                if let Err(e) = inode.acquire(&self.codec, self.coherence.sharing, false, self.read_only) {
+                if let Err(e) =
+                    inode.acquire(&self.codec, self.coherence.sharing, false, self.read_only)
+                {
                     self.inodes.forget(inode.nodeid, 1);
                     return Err(self.fail(&e, inode.fd(), None));
                 }

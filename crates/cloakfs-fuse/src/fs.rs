@@ -7,9 +7,9 @@ use crate::dirids::DirIdCache;
 use crate::durable::Syncer;
 use crate::inode::{Inode, InodeTable, Kind};
 use crate::prune::Pruner;
+use crate::shared::Coherence;
 use crate::sys::{self, errno, NodeFd, Res};
 use cloakfs_core::format::content::ContentCodec;
-use crate::shared::Coherence;
 use cloakfs_core::io::file::ContentFile;
 use cloakfs_core::io::shared::Sharing;
 use cloakfs_core::Volume;
@@ -364,7 +364,12 @@ impl CloakFs {
             Some(file) => (file, false),
             None => (
                 inode
-                    .acquire(&self.codec, self.coherence.sharing, writable, self.read_only)
+                    .acquire(
+                        &self.codec,
+                        self.coherence.sharing,
+                        writable,
+                        self.read_only,
+                    )
                     .map_err(|e| self.fail(&e, inode.fd(), None))?,
                 true,
             ),

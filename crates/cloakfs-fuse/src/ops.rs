@@ -29,9 +29,9 @@ pub(crate) const DIRTY_SHARE_PERCENT: u64 = 5;
 /// Background requests (readahead, writeback) the kernel may have in flight.
 const MAX_BACKGROUND: u16 = 64;
 
-fn reply_entry(reply: ReplyEntry, ttl: &std::time::Duration, r: Res<FileAttr>) {
+fn reply_entry(reply: ReplyEntry, fs: &CloakFs, r: Res<FileAttr>) {
     match r {
-        Ok(attr) => reply.entry(ttl, &attr, Generation(0)),
+        Ok(attr) => reply.entry(&fs.coherence.entry_ttl(fs.ttl, &attr), &attr, Generation(0)),
         Err(e) => reply.error(e),
     }
 }
@@ -92,7 +92,11 @@ impl Filesystem for CloakFs {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         match self.do_lookup(parent, name) {
-            Ok(attr) => reply.entry(&self.ttl, &attr, Generation(0)),
+            Ok(attr) => reply.entry(
+                &self.coherence.entry_ttl(self.ttl, &attr),
+                &attr,
+                Generation(0),
+            ),
             // A cacheable "no such entry": compilers probe many missing headers.
             Err(e) if e == Errno::ENOENT => reply.entry(
                 &self.coherence.negative_ttl(self.ttl),
@@ -155,11 +159,7 @@ impl Filesystem for CloakFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        reply_entry(
-            reply,
-            &self.ttl,
-            self.do_mknod(req, parent, name, mode, rdev),
-        );
+        reply_entry(reply, self, self.do_mknod(req, parent, name, mode, rdev));
     }
 
     fn mkdir(
@@ -171,7 +171,7 @@ impl Filesystem for CloakFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        reply_entry(reply, &self.ttl, self.do_mkdir(req, parent, name, mode));
+        reply_entry(reply, self, self.do_mkdir(req, parent, name, mode));
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -190,11 +190,7 @@ impl Filesystem for CloakFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        reply_entry(
-            reply,
-            &self.ttl,
-            self.do_symlink(req, parent, link_name, target),
-        );
+        reply_entry(reply, self, self.do_symlink(req, parent, link_name, target));
     }
 
     fn rename(
@@ -221,7 +217,7 @@ impl Filesystem for CloakFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        reply_entry(reply, &self.ttl, self.do_link(ino, newparent, newname));
+        reply_entry(reply, self, self.do_link(ino, newparent, newname));
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -368,7 +364,10 @@ impl Filesystem for CloakFs {
         match self.do_opendir(ino) {
             // The kernel may keep the listing; it drops it when the directory changes
             // through this mount or its mtime changes.
-            Ok(fh) => reply.opened(FileHandle(fh), self.coherence.open_flags() | FopenFlags::FOPEN_CACHE_DIR),
+            Ok(fh) => reply.opened(
+                FileHandle(fh),
+                self.coherence.open_flags() | FopenFlags::FOPEN_CACHE_DIR,
+            ),
             Err(e) => reply.error(e),
         }
     }
@@ -497,7 +496,11 @@ impl Filesystem for CloakFs {
         reply: ReplyCreate,
     ) {
         match self.do_create(req, parent, name, mode, flags) {
-            Ok(attr) => reply.created(&self.ttl, &attr, Generation(0), FileHandle(0),
+            Ok(attr) => reply.created(
+                &self.coherence.entry_ttl(self.ttl, &attr),
+                &attr,
+                Generation(0),
+                FileHandle(0),
                 self.coherence.open_flags(),
             ),
             Err(e) => reply.error(e),

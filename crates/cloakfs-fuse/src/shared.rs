@@ -8,13 +8,13 @@
 //! consistency): every open drops the file's cached pages and attributes after the plaintext
 //! file was brought up to date with the store, names not found are looked up again, and each
 //! application lock owner gets a backing file description of its own that carries its locks
-//! as open-file-description locks on the same plaintext offsets (FORMAT.md 11).
+//! as open-file-description locks on the same plaintext offsets (FORMAT.md 17).
 
 use crate::fs::CloakFs;
 use crate::inode::Inode;
 use crate::sys::{errno, Res};
 use cloakfs_core::io::file::ContentFile;
-use cloakfs_core::io::shared::{app_lock_range, ofd_conflict, ofd_lock, Sharing};
+use cloakfs_core::io::shared::{app_lock_range, ofd_conflict, ofd_lock, wait_for_lock, Sharing};
 use fuser::{Errno, FopenFlags, INodeNo, InitFlags, Notifier};
 use rustix::fs::OFlags;
 use std::collections::HashMap;
@@ -64,6 +64,28 @@ impl Coherence {
         }
     }
 
+    /// How long the kernel may keep the entry of `attr`'s node: shared, a name that is not a
+    /// directory is looked up again at every open (another client may have replaced or
+    /// removed it: SQLite's journal comes and goes), as NFS revalidates at open.
+    pub(crate) fn entry_ttl(&self, ttl: Duration, attr: &fuser::FileAttr) -> Duration {
+        if self.sharing.is_shared() && attr.kind != fuser::FileType::Directory {
+            Duration::ZERO
+        } else {
+            ttl
+        }
+    }
+
+    /// The error for an open of a node whose backing file is gone: shared, ESTALE, so the
+    /// kernel looks the name up again (another client removed or replaced it since the
+    /// lookup), as on NFS.
+    pub(crate) fn stale(&self, e: Errno) -> Errno {
+        if self.sharing.is_shared() && e == Errno::ENOENT {
+            Errno::ESTALE
+        } else {
+            e
+        }
+    }
+
     /// The connection's capabilities that depend on sharing: alone, the kernel's writeback
     /// cache (its cached size would hide other clients' growth); shared, locks passed to us.
     pub(crate) fn capabilities(&self, writeback: bool) -> InitFlags {
@@ -104,20 +126,31 @@ impl Coherence {
         Ok(f)
     }
 
-    /// Drops `owner`'s locks on node `ino` (closing their description releases them).
+    /// Drops `owner`'s locks on node `ino`.
     pub(crate) fn drop_owner(&self, ino: u64, owner: u64) {
         let gone = self
             .locks
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&(ino, owner));
-        drop(gone);
+        if let Some(f) = gone {
+            unlock_all(&f);
+        }
     }
 
     /// Drops every owner's locks on node `ino` (its last handle closed).
     pub(crate) fn drop_node(&self, ino: u64) {
-        let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
-        locks.retain(|(n, _), _| *n != ino);
+        let mut gone = Vec::new();
+        self.locks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(n, _), f| {
+                if *n == ino {
+                    gone.push(f.clone());
+                }
+                *n != ino
+            });
+        gone.iter().for_each(|f| unlock_all(f));
     }
 }
 
@@ -152,7 +185,8 @@ impl CloakFs {
 
     /// F_SETLK(W) and flock: takes or releases `owner`'s lock `typ` on plaintext bytes
     /// `[start, end]`, waiting for conflicting locks if `sleep` (a waiting lock occupies one
-    /// of the mount's worker threads).
+    /// of the mount's worker threads, and tries again from here rather than queueing at the
+    /// store: see `wait_for_lock`).
     pub(crate) fn do_setlk(
         &self,
         ino: INodeNo,
@@ -165,10 +199,34 @@ impl CloakFs {
         let inode = self.node(ino)?;
         let (s, e) = app_lock_range(start, end).ok_or(Errno::EINVAL)?;
         let f = self.coherence.lock_file(&inode, owner)?;
-        ofd_lock(&f, typ, s, e - s, sleep).map_err(io_errno)
+        if sleep && typ != libc::F_UNLCK {
+            wait_for_lock(&f, typ, s, e - s).map_err(io_errno)?;
+        } else {
+            ofd_lock(&f, typ, s, e - s, false).map_err(io_errno)?;
+        }
+        if typ != libc::F_UNLCK {
+            // As NFS does: what another client wrote before it unlocked shows to the new
+            // holder (SQLite checks its change counter right after it locks).
+            if let Some(file) = inode.current() {
+                file.revalidate()
+                    .map_err(|e| self.fail(&e, inode.fd(), None))?;
+            }
+            if let Some(n) = self.coherence.notifier.get() {
+                let _ = n.inval_inode(ino, 0, 0);
+            }
+        }
+        Ok(())
     }
 }
 
 fn io_errno(e: std::io::Error) -> Errno {
     Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+/// Releases every lock held through `f` before it is closed: a FUSE store (GlusterFS) learns
+/// of a close only later, in the background, and would keep the locks until then.
+fn unlock_all(f: &File) {
+    if let Err(e) = ofd_lock(f, libc::F_UNLCK, 0, 0, false) {
+        tracing::warn!("releasing a lock owner's locks: {e}");
+    }
 }

@@ -35,6 +35,10 @@ pub struct MountArgs {
     /// directory lies on a network file system (README: Shared and distributed storage).
     #[arg(long)]
     pub shared_storage: bool,
+    /// This mount is the only one of the cipher directory, even on a network file system:
+    /// no shared-storage mode (also `-o no_shared_storage`).
+    #[arg(long)]
+    pub no_shared_storage: bool,
     /// Append the daemon's log to FILE (default: syslog when daemonized).
     #[arg(long, value_name = "FILE")]
     pub log_file: Option<PathBuf>,
@@ -46,6 +50,15 @@ pub struct MountArgs {
 
 pub fn run(args: MountArgs) -> Result<()> {
     let o = mount_options::parse(&args.options)?;
+    let (on, off) = (
+        args.shared_storage || o.shared_storage,
+        args.no_shared_storage || o.no_shared_storage,
+    );
+    if on && off {
+        return Err(Failure::usage(
+            "--shared-storage and --no-shared-storage contradict each other",
+        ));
+    }
     let cipherdir = absolute_dir(&args.cipherdir, "cipher directory")?;
     let mountpoint = absolute_dir(&args.mountpoint, "mount point")?;
     // Fail on everything checkable before asking for the passphrase.
@@ -83,8 +96,8 @@ pub fn run(args: MountArgs) -> Result<()> {
     if let Some(t) = args.threads.or(o.threads) {
         mo.threads = t;
     }
-    let detected = network_file_system(&cipherdir);
-    if args.shared_storage || o.shared_storage || detected.is_some() {
+    let detected = network_file_system(&cipherdir).filter(|_| !off);
+    if on || detected.is_some() {
         mo.sharing = cloakfs_fuse::Sharing::Shared;
         mo.cache_timeout = SHARED_CACHE_TIMEOUT;
     }

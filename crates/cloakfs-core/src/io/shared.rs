@@ -5,7 +5,7 @@
 //!
 //! [`Sharing::Alone`] (the default) does nothing: this mount is the only writer. Under
 //! [`Sharing::Shared`] every change to a file's contents runs under an exclusive lock on the
-//! backing file's *coordination byte* ([`COORDINATION_BYTE`], FORMAT.md 11), taken with an
+//! backing file's *coordination byte* ([`COORDINATION_BYTE`], FORMAT.md 17), taken with an
 //! open-file-description lock, which GlusterFS and NFS pass on to every client; under it the
 //! size and the header are read again and the backing file's page cache is dropped, so a block
 //! is re-read from the store before it is changed. Applications' own byte-range locks use the
@@ -31,10 +31,12 @@ pub enum Sharing {
     Shared,
 }
 
-/// A lock held on a backing file's coordination byte; released when dropped.
+/// A lock held on a backing file's coordination byte; released when dropped, after an
+/// exclusive hold's changes reached the store.
 #[must_use]
 pub struct Hold<'a> {
     file: Option<&'a File>,
+    exclusive: bool,
 }
 
 impl Hold<'_> {
@@ -48,6 +50,14 @@ impl Hold<'_> {
 impl Drop for Hold<'_> {
     fn drop(&mut self) {
         if let Some(f) = self.file {
+            // A client's write may wait in its store client (GlusterFS's write-behind, NFS's
+            // cache) past the unlock, where the next client's read-modify-write would miss
+            // it: it goes out first, as NFS clients flush before they unlock.
+            if self.exclusive {
+                if let Err(e) = f.sync_data() {
+                    tracing::warn!("flushing a backing file to the store: {e}");
+                }
+            }
             if let Err(e) = ofd_lock(f, libc::F_UNLCK, COORDINATION_BYTE, 1, false) {
                 tracing::warn!("releasing a backing file's coordination lock: {e}");
             }
@@ -60,15 +70,21 @@ impl Sharing {
     /// shared. Waits for other clients' holds. Does nothing when alone.
     pub fn hold<'a>(&self, file: &'a File, exclusive: bool) -> Result<Hold<'a>> {
         match self {
-            Sharing::Alone => Ok(Hold { file: None }),
+            Sharing::Alone => Ok(Hold {
+                file: None,
+                exclusive,
+            }),
             Sharing::Shared => {
                 let kind = if exclusive {
                     libc::F_WRLCK
                 } else {
                     libc::F_RDLCK
                 };
-                ofd_lock(file, kind, COORDINATION_BYTE, 1, true)?;
-                let hold = Hold { file: Some(file) };
+                wait_for_lock(file, kind, COORDINATION_BYTE, 1)?;
+                let hold = Hold {
+                    file: Some(file),
+                    exclusive,
+                };
                 // What the kernel cached of the backing file may predate another client's
                 // change: the next reads go to the store.
                 drop_page_cache(file);
@@ -93,6 +109,23 @@ impl Sharing {
                 AtFlags::EMPTY_PATH | AtFlags::STATX_FORCE_SYNC,
                 StatxFlags::BASIC_STATS,
             );
+        }
+    }
+}
+
+/// Takes OFD lock `kind` on `[start, start + len)` of `file`, trying again until it is
+/// granted. Not a blocking request: on a replicated GlusterFS volume, a client's blocked lock request made
+/// the holder's fdatasync wait for it (a deadlock, seen in the tests), so the wait is here,
+/// from 1 ms doubling to at most 32 ms between tries.
+pub fn wait_for_lock(file: &File, kind: i32, start: u64, len: u64) -> std::io::Result<()> {
+    let mut pause = std::time::Duration::from_millis(1);
+    loop {
+        match ofd_lock(file, kind, start, len, false) {
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES)) => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(std::time::Duration::from_millis(32));
+            }
+            r => return r,
         }
     }
 }
@@ -188,8 +221,16 @@ mod tests {
     #[test]
     fn holds_of_two_descriptions_exclude_each_other() {
         let t = tempfile::NamedTempFile::new().unwrap();
-        let a = File::options().read(true).write(true).open(t.path()).unwrap();
-        let b = File::options().read(true).write(true).open(t.path()).unwrap();
+        let a = File::options()
+            .read(true)
+            .write(true)
+            .open(t.path())
+            .unwrap();
+        let b = File::options()
+            .read(true)
+            .write(true)
+            .open(t.path())
+            .unwrap();
         let hold = Sharing::Shared.hold(&a, true).unwrap();
         assert!(hold.must_reload());
         let e = ofd_lock(&b, libc::F_WRLCK, COORDINATION_BYTE, 1, false).unwrap_err();
