@@ -5,6 +5,8 @@ pkgs=(fuse3 libfuse3-dev attr acl pkg-config python3 python3-pip)
 # Key-slot tests run against real components: a SoftHSM2 PKCS#11 token, GnuPG, the age tools,
 # and ssh-keygen.
 pkgs+=(softhsm2 gnupg age openssh-client)
+# Shared-storage tests: a GlusterFS volume and sshfs over sshd (scripts/shared-store.sh).
+pkgs+=(glusterfs-server glusterfs-client sshfs openssh-server iproute2 util-linux)
 # Multi-user tests make real users and sessions (useradd, setpriv, setsid).
 pkgs+=(passwd util-linux)
 # Login tests: pam_cloakfs.so links libpam; it is driven by pamtester and by a real sshd with

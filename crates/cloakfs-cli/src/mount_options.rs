@@ -54,6 +54,8 @@ pub struct ParsedOptions {
     pub writeback_cache: bool,
     pub bind: Option<BindTo>,
     pub no_io_uring: bool,
+    pub shared_storage: bool,
+    pub no_shared_storage: bool,
 }
 
 /// Parses every `-o` argument (each a comma-separated list).
@@ -95,6 +97,11 @@ pub fn parse(args: &[String]) -> Result<ParsedOptions> {
                 })
             }
             "no_io_uring" => p.no_io_uring = true,
+            "shared_storage" if value.is_none() => p.shared_storage = true,
+            "no_shared_storage" if value.is_none() => p.no_shared_storage = true,
+            "shared_storage" | "no_shared_storage" => {
+                return Err(Failure::usage(format!("mount option {key} takes no value")))
+            }
             "threads" => {
                 p.threads = Some(
                     need(value)?
@@ -129,6 +136,14 @@ pub fn parse(args: &[String]) -> Result<ParsedOptions> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shared_storage_is_a_flag() {
+        assert!(parse(&["shared_storage,ro".into()]).unwrap().shared_storage);
+        assert!(!parse(&["ro".into()]).unwrap().shared_storage);
+        let e = parse(&["shared_storage=1".into()]).unwrap_err();
+        assert_eq!(e.to_string(), "mount option shared_storage takes no value");
+    }
 
     #[test]
     fn fstab_style() {

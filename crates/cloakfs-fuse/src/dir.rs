@@ -343,7 +343,8 @@ impl CloakFs {
             };
             let created = self.write_sidecar(pfd, stored)?;
             let moved = rename_noreplace(pfd, &tmp, stored.backing());
-            if moved.is_err() && created {
+            // Lost to another client's mkdir of the same name: the sidecar is that one's.
+            if moved.as_ref().is_err_and(|e| *e != Errno::EEXIST) && created {
                 self.remove_sidecar(pfd, stored);
             }
             moved?;
@@ -489,8 +490,16 @@ fn rename_noreplace(dir: BorrowedFd<'_>, from: &str, to: &str) -> Res<()> {
             // The backing file system lacks RENAME_NOREPLACE (e.g. NFS): check, then rename.
             match rustix::fs::statat(dir, to, AtFlags::SYMLINK_NOFOLLOW) {
                 Ok(_) => Err(Errno::EEXIST),
+                // A directory with entries is never replaced: if another client's (which
+                // holds its ID file) took the name meanwhile, the store refuses, in its own
+                // words (ENOTEMPTY, or EACCES over SFTP).
                 Err(rustix::io::Errno::NOENT) => {
-                    rustix::fs::renameat(dir, from, dir, to).map_err(errno)
+                    rustix::fs::renameat(dir, from, dir, to).map_err(|e| {
+                        match rustix::fs::statat(dir, to, AtFlags::SYMLINK_NOFOLLOW) {
+                            Ok(_) => Errno::EEXIST,
+                            Err(_) => errno(e),
+                        }
+                    })
                 }
                 Err(e) => Err(errno(e)),
             }

@@ -163,15 +163,25 @@ impl CloakFs {
             self.kill_suidgid_on_truncate(req, &inode)?;
         }
         let f = inode
-            .acquire(&self.codec, writable, self.read_only)
-            .map_err(|e| self.fail(&e, inode.fd(), None))?;
+            .acquire(
+                &self.codec,
+                self.coherence.sharing,
+                writable,
+                self.read_only,
+            )
+            .map_err(|e| self.coherence.stale(self.fail(&e, inode.fd(), None)))?;
+        let ready = if trunc {
+            f.truncate(0)
+        } else {
+            self.coherence.opened(ino.0, &f)
+        };
+        if let Err(e) = ready {
+            let errno = self.fail(&e, f.backing().as_fd(), None);
+            drop(f);
+            inode.release();
+            return Err(errno);
+        }
         if trunc {
-            if let Err(e) = f.truncate(0) {
-                let errno = self.fail(&e, f.backing().as_fd(), None);
-                drop(f);
-                inode.release();
-                return Err(errno);
-            }
             inode.emptied();
         }
         Ok(())
@@ -213,7 +223,9 @@ impl CloakFs {
                     self.inodes.forget(inode.nodeid, 1);
                     return Err(e);
                 }
-                if let Err(e) = inode.acquire(&self.codec, false, self.read_only) {
+                if let Err(e) =
+                    inode.acquire(&self.codec, self.coherence.sharing, false, self.read_only)
+                {
                     self.inodes.forget(inode.nodeid, 1);
                     return Err(self.fail(&e, inode.fd(), None));
                 }
@@ -236,7 +248,7 @@ impl CloakFs {
         }
         let (held, m) = self.hold_created(&p, stored.backing(), fd.as_fd())?;
         let (inode, attr) = self.lookup_stated(held, &m, &p, name)?;
-        let file = match inode.install(&self.codec, fd) {
+        let file = match inode.install(&self.codec, self.coherence.sharing, fd) {
             Ok(f) => f,
             Err(e) => {
                 self.inodes.forget(inode.nodeid, 1);

@@ -7,9 +7,11 @@ use crate::dirids::DirIdCache;
 use crate::durable::Syncer;
 use crate::inode::{Inode, InodeTable, Kind};
 use crate::prune::Pruner;
+use crate::shared::Coherence;
 use crate::sys::{self, errno, NodeFd, Res};
 use cloakfs_core::format::content::ContentCodec;
 use cloakfs_core::io::file::ContentFile;
+use cloakfs_core::io::shared::Sharing;
 use cloakfs_core::Volume;
 use fuser::{AccessFlags, Errno, FileAttr, INodeNo, Notifier, Request};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -54,6 +56,8 @@ pub(crate) struct CloakFs {
     pub(crate) writeback_cache: bool,
     /// Ask for FUSE over io_uring in the handshake if the kernel offers it.
     pub(crate) io_uring: bool,
+    /// Whether other machines share the cipher directory, and what that needs.
+    pub(crate) coherence: Coherence,
 }
 
 impl CloakFs {
@@ -115,12 +119,20 @@ impl CloakFs {
             attach_owner,
             warned: Mutex::new(HashSet::new()),
             dir_ids: DirIdCache::default(),
+            coherence: Coherence::new(Sharing::Alone, notifier.clone()),
             pruner: Pruner::for_fd_limit(notifier),
             local_opens,
             syncer: Syncer::new(),
             writeback_cache: false,
             io_uring: false,
         })
+    }
+
+    /// The same file system, its cipher directory shared with other machines as `sharing`
+    /// says.
+    pub(crate) fn sharing(mut self, sharing: Sharing) -> Self {
+        self.coherence = Coherence::new(sharing, self.coherence.notifier());
+        self
     }
 
     /// The node `nodeid`; ESTALE if the kernel should not know it.
@@ -256,6 +268,7 @@ impl CloakFs {
 
     /// Fresh attributes of `inode`.
     pub(crate) fn stat(&self, inode: &Inode) -> Res<FileAttr> {
+        self.coherence.sharing.refresh_attrs(inode.fd());
         let st = rustix::fs::fstat(inode.fd()).map_err(errno)?;
         Ok(self.attr_of(inode, &Meta::from_stat(&st)))
     }
@@ -364,7 +377,12 @@ impl CloakFs {
             Some(file) => (file, false),
             None => (
                 inode
-                    .acquire(&self.codec, writable, self.read_only)
+                    .acquire(
+                        &self.codec,
+                        self.coherence.sharing,
+                        writable,
+                        self.read_only,
+                    )
                     .map_err(|e| self.fail(&e, inode.fd(), None))?,
                 true,
             ),

@@ -17,6 +17,7 @@ use crate::sys::NodeFd;
 use cloakfs_core::format::content::ContentCodec;
 use cloakfs_core::format::names::DirId;
 use cloakfs_core::io::file::ContentFile;
+use cloakfs_core::io::shared::Sharing;
 use rustix::fd::{BorrowedFd, OwnedFd};
 use rustix::fs::OFlags;
 use std::collections::{HashMap, HashSet};
@@ -138,6 +139,7 @@ impl Inode {
     pub(crate) fn acquire(
         &self,
         codec: &Arc<ContentCodec>,
+        sharing: Sharing,
         writable: bool,
         read_only_mount: bool,
     ) -> cloakfs_core::Result<Arc<ContentFile>> {
@@ -149,7 +151,7 @@ impl Inode {
             }
             // Upgrade: later operations pick up the read-write file from here.
             let fd = crate::sys::reopen(self.fd(), OFlags::RDWR).map_err(std::io::Error::from)?;
-            let f = Arc::new(ContentFile::open(codec.clone(), fd.into())?);
+            let f = Arc::new(ContentFile::open(codec.clone(), fd.into())?.with_sharing(sharing));
             st.file = Some(f.clone());
             st.writable = true;
             st.users += 1;
@@ -166,7 +168,7 @@ impl Inode {
             }
         };
         let fd = fd.map_err(std::io::Error::from)?;
-        let f = Arc::new(ContentFile::open(codec.clone(), fd.into())?);
+        let f = Arc::new(ContentFile::open(codec.clone(), fd.into())?.with_sharing(sharing));
         st.file = Some(f.clone());
         st.writable = rw;
         st.users = 1;
@@ -178,6 +180,7 @@ impl Inode {
     pub(crate) fn install(
         &self,
         codec: &Arc<ContentCodec>,
+        sharing: Sharing,
         fd: OwnedFd,
     ) -> cloakfs_core::Result<Arc<ContentFile>> {
         let mut st = self.state();
@@ -187,7 +190,7 @@ impl Inode {
                 return Ok(f);
             }
         }
-        let f = Arc::new(ContentFile::open(codec.clone(), fd.into())?);
+        let f = Arc::new(ContentFile::open(codec.clone(), fd.into())?.with_sharing(sharing));
         st.file = Some(f.clone());
         st.writable = true;
         st.users += 1;
@@ -262,8 +265,8 @@ impl Inode {
         }
     }
 
-    /// Drops one user; the last one closes the backing file.
-    pub(crate) fn release(&self) {
+    /// Drops one user; the last one closes the backing file (then returns true).
+    pub(crate) fn release(&self) -> bool {
         let closing = {
             let mut st = self.state();
             st.users = st.users.saturating_sub(1);
@@ -274,8 +277,10 @@ impl Inode {
                 None
             }
         };
+        let last = closing.is_some();
         // Closed outside the lock.
         drop(closing);
+        last
     }
 }
 

@@ -36,6 +36,7 @@ mod ops;
 mod prune;
 mod readdir;
 mod reverse;
+mod shared;
 mod sys;
 pub mod tree;
 mod tree_ops;
@@ -43,6 +44,7 @@ mod uring;
 mod xattr;
 
 pub use binding::Binding;
+pub use cloakfs_core::io::shared::Sharing;
 pub use creds::{CredGuard, Creds};
 pub use tree::{
     mount_tree, Access, AttachId, AttachSpec, Caller, Gate, MountedTree, Need, TreeHandle, Verdict,
@@ -90,6 +92,8 @@ pub struct MountOptions {
     /// Serve requests through FUSE over io_uring when the kernel offers it (else, and when
     /// the rings cannot be set up, through reads and writes of /dev/fuse).
     pub io_uring: bool,
+    /// Whether other machines mount the cipher directory too (`--shared-storage`).
+    pub sharing: Sharing,
 }
 
 impl MountOptions {
@@ -107,6 +111,7 @@ impl MountOptions {
             writeback_cache: false,
             binding: None,
             io_uring: true,
+            sharing: Sharing::Alone,
         }
     }
 
@@ -256,7 +261,8 @@ pub fn mount(
         opts.cache_timeout,
         opts.read_only,
         notifier.clone(),
-    )?;
+    )?
+    .sharing(opts.sharing);
     fs.writeback_cache = opts.writeback_cache;
     fs.io_uring = opts.io_uring;
     let fs = binding::Bound::new(fs, opts.binding);

@@ -29,13 +29,9 @@ pub(crate) const DIRTY_SHARE_PERCENT: u64 = 5;
 /// Background requests (readahead, writeback) the kernel may have in flight.
 const MAX_BACKGROUND: u16 = 64;
 
-/// What an open file or directory handle tells the kernel: keep cached pages across opens
-/// (they are dropped when a later attribute refresh shows a change).
-const OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE;
-
-fn reply_entry(reply: ReplyEntry, ttl: &std::time::Duration, r: Res<FileAttr>) {
+fn reply_entry(reply: ReplyEntry, fs: &CloakFs, r: Res<FileAttr>) {
     match r {
-        Ok(attr) => reply.entry(ttl, &attr, Generation(0)),
+        Ok(attr) => reply.entry(&fs.coherence.entry_ttl(fs.ttl, &attr), &attr, Generation(0)),
         Err(e) => reply.error(e),
     }
 }
@@ -91,10 +87,16 @@ pub(crate) fn take_uring_outcome() -> UringOutcome {
 }
 
 /// Negotiates the connection: large writes, readdirplus, parallel directory operations,
-/// kept caches, and the write cache `cache` (the multi-user tree never takes the writeback
-/// cache: cached writes reach us from kernel threads with the wrong caller).
-pub(crate) fn negotiate(config: &mut KernelConfig, cache: WriteCache, io_uring: bool) {
-    negotiate_except(config, cache, io_uring, InitFlags::empty());
+/// kept caches, the write cache `cache` (the multi-user tree never takes the writeback
+/// cache: cached writes reach us from kernel threads with the wrong caller), and `extra` (locks
+/// passed to us on shared storage: see `Coherence::capabilities`).
+pub(crate) fn negotiate(
+    config: &mut KernelConfig,
+    cache: WriteCache,
+    io_uring: bool,
+    extra: InitFlags,
+) {
+    negotiate_except(config, cache, io_uring, extra, InitFlags::empty());
 }
 
 /// The capabilities that make the kernel list directories with readdirplus.
@@ -107,6 +109,7 @@ pub(crate) fn negotiate_except(
     config: &mut KernelConfig,
     cache: WriteCache,
     io_uring: bool,
+    extra: InitFlags,
     except: InitFlags,
 ) {
     let mut want = InitFlags::FUSE_ASYNC_READ
@@ -128,6 +131,7 @@ pub(crate) fn negotiate_except(
         // handles O_APPEND and mtime itself (and ignores AUTO_INVAL_DATA for files).
         WriteCache::Writeback => want |= InitFlags::FUSE_WRITEBACK_CACHE,
     }
+    want |= extra;
     want &= !except;
     // Asked for only when it can work: once the INIT reply carries the flag, the kernel sends
     // nothing until the rings are registered.
@@ -166,14 +170,17 @@ pub(crate) fn negotiate_except(
 
 impl Filesystem for CloakFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // The writeback cache only if writable and alone (its cached size would hide other
+        // clients' growth).
         negotiate(
             config,
-            if self.writeback_cache && !self.read_only {
+            if self.writeback_cache && !self.read_only && !self.coherence.sharing.is_shared() {
                 WriteCache::Writeback
             } else {
                 WriteCache::WriteThrough
             },
             self.io_uring,
+            self.coherence.capabilities(),
         );
         Ok(())
     }
@@ -184,9 +191,17 @@ impl Filesystem for CloakFs {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         match self.do_lookup(parent, name) {
-            Ok(attr) => reply.entry(&self.ttl, &attr, Generation(0)),
+            Ok(attr) => reply.entry(
+                &self.coherence.entry_ttl(self.ttl, &attr),
+                &attr,
+                Generation(0),
+            ),
             // A cacheable "no such entry": compilers probe many missing headers.
-            Err(e) if e == Errno::ENOENT => reply.entry(&self.ttl, &negative_attr(), Generation(0)),
+            Err(e) if e == Errno::ENOENT => reply.entry(
+                &self.coherence.negative_ttl(self.ttl),
+                &negative_attr(),
+                Generation(0),
+            ),
             Err(e) => reply.error(e),
         }
     }
@@ -243,11 +258,7 @@ impl Filesystem for CloakFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        reply_entry(
-            reply,
-            &self.ttl,
-            self.do_mknod(req, parent, name, mode, rdev),
-        );
+        reply_entry(reply, self, self.do_mknod(req, parent, name, mode, rdev));
     }
 
     fn mkdir(
@@ -259,7 +270,7 @@ impl Filesystem for CloakFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        reply_entry(reply, &self.ttl, self.do_mkdir(req, parent, name, mode));
+        reply_entry(reply, self, self.do_mkdir(req, parent, name, mode));
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -278,11 +289,7 @@ impl Filesystem for CloakFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        reply_entry(
-            reply,
-            &self.ttl,
-            self.do_symlink(req, parent, link_name, target),
-        );
+        reply_entry(reply, self, self.do_symlink(req, parent, link_name, target));
     }
 
     fn rename(
@@ -309,7 +316,7 @@ impl Filesystem for CloakFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        reply_entry(reply, &self.ttl, self.do_link(ino, newparent, newname));
+        reply_entry(reply, self, self.do_link(ino, newparent, newname));
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -320,13 +327,16 @@ impl Filesystem for CloakFs {
                     inode.opened(fh);
                 }
                 // A handle that cannot write has nothing to report at close: no FLUSH for it
-                // (the writeback cache flushes every handle regardless).
-                let flags = if crate::file::open_writes(flags.0) {
-                    OPEN_FLAGS
-                } else {
-                    OPEN_FLAGS | FopenFlags::FOPEN_NOFLUSH
-                };
-                reply.opened(FileHandle(fh), flags)
+                // (the writeback cache flushes every handle regardless), unless its close must
+                // drop locks held on the shared store.
+                let fopen = self.coherence.open_flags();
+                let fopen =
+                    if crate::file::open_writes(flags.0) || self.coherence.sharing.is_shared() {
+                        fopen
+                    } else {
+                        fopen | FopenFlags::FOPEN_NOFLUSH
+                    };
+                reply.opened(FileHandle(fh), fopen)
             }
             Err(e) => reply.error(e),
         }
@@ -387,17 +397,58 @@ impl Filesystem for CloakFs {
         _req: &Request,
         ino: INodeNo,
         fh: FileHandle,
-        _lock_owner: LockOwner,
+        lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // A close of a handle that may have written (read-only handles send none): the kernel
-        // has written its cached pages and reported their errors once; a write lost earlier
-        // is reported by every close until it is handled (see `Inode::lose`). Locks are the
-        // kernel's.
+        if self.coherence.sharing.is_shared() {
+            // A close drops the closing process's locks (the kernel leaves that to flush).
+            self.coherence.drop_owner(ino.0, lock_owner.0);
+        }
+        // A close of a handle that may have written (read-only handles send none, alone): the
+        // kernel has written its cached pages and reported their errors once; a write lost
+        // earlier is reported by every close until it is handled (see `Inode::lose`). Locks
+        // are the kernel's, alone.
         match self.inodes.get(ino.0).and_then(|i| i.lost(fh.0)) {
             Some(e) => reply.error(e),
             None => reply.ok(),
         }
+    }
+
+    fn getlk(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        _pid: u32,
+        reply: fuser::ReplyLock,
+    ) {
+        match self.do_getlk(ino, lock_owner.0, start, end, typ) {
+            Ok((start, end, typ, pid)) => reply.locked(start, end, typ, pid),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setlk(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        _pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(
+            reply,
+            self.do_setlk(ino, lock_owner.0, start, end, typ, sleep),
+        );
     }
 
     fn release(
@@ -406,13 +457,19 @@ impl Filesystem for CloakFs {
         ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
+        lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        if let Some(owner) = lock_owner {
+            // The handle's flock.
+            self.coherence.drop_owner(ino.0, owner.0);
+        }
         if let Some(inode) = self.inodes.get(ino.0) {
             inode.closed(fh.0);
-            inode.release();
+            if inode.release() {
+                self.coherence.drop_node(ino.0);
+            }
         }
         reply.ok();
     }
@@ -446,7 +503,10 @@ impl Filesystem for CloakFs {
         match self.do_opendir(ino) {
             // The kernel may keep the listing; it drops it when the directory changes
             // through this mount or its mtime changes.
-            Ok(fh) => reply.opened(FileHandle(fh), OPEN_FLAGS | FopenFlags::FOPEN_CACHE_DIR),
+            Ok(fh) => reply.opened(
+                FileHandle(fh),
+                self.coherence.open_flags() | FopenFlags::FOPEN_CACHE_DIR,
+            ),
             Err(e) => reply.error(e),
         }
     }
@@ -580,7 +640,13 @@ impl Filesystem for CloakFs {
                 if let Ok(inode) = self.node(attr.ino) {
                     inode.opened(fh);
                 }
-                reply.created(&self.ttl, &attr, Generation(0), FileHandle(fh), OPEN_FLAGS)
+                reply.created(
+                    &self.coherence.entry_ttl(self.ttl, &attr),
+                    &attr,
+                    Generation(0),
+                    FileHandle(fh),
+                    self.coherence.open_flags(),
+                )
             }
             Err(e) => reply.error(e),
         }

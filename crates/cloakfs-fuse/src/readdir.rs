@@ -138,8 +138,8 @@ impl CloakFs {
                 Some(backing) => match self.lookup_backing(&dir, backing, &e.name, Some(e.kind)) {
                     Ok((inode, attr)) => {
                         looked_up += 1;
-                        let full =
-                            reply.add(attr.ino, e.next, &e.name, &self.ttl, &attr, Generation(0));
+                        let ttl = self.coherence.entry_ttl(self.ttl, &attr);
+                        let full = reply.add(attr.ino, e.next, &e.name, &ttl, &attr, Generation(0));
                         if full {
                             // Not sent: the kernel never counted this lookup.
                             self.inodes.forget(inode.nodeid, 1);

@@ -429,6 +429,7 @@ impl Filesystem for ReverseFs {
             config,
             crate::ops::WriteCache::WriteThrough,
             false,
+            fuser::InitFlags::empty(),
             crate::ops::READDIRPLUS,
         );
         Ok(())

@@ -193,7 +193,12 @@ impl TreeFs {
 
 impl Filesystem for TreeFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        crate::ops::negotiate(config, crate::ops::WriteCache::WriteThroughMtime, false);
+        crate::ops::negotiate(
+            config,
+            crate::ops::WriteCache::WriteThroughMtime,
+            false,
+            fuser::InitFlags::empty(),
+        );
         Ok(())
     }
 

@@ -150,7 +150,7 @@ impl CloakFs {
             .map_err(|e| Errno::from_i32(e.errno()))
     }
 
-    /// A request for the sharing of a file (`user.cloakfs.share.*`, FORMAT.md section 17.4),
+    /// A request for the sharing of a file (`user.cloakfs.share.*`, FORMAT.md section 18.4),
     /// done by this mount so open handles stay coherent: `add` grants the file to the keys in
     /// `value`, `list` returns its recipients, one per line.
     fn share_request(&self, ino: INodeNo, op: &[u8], value: Option<&[u8]>) -> Res<Vec<u8>> {
@@ -169,8 +169,13 @@ impl CloakFs {
             self.writable()?;
         }
         let f = inode
-            .acquire(&self.codec, writable, self.read_only)
-            .map_err(|e| self.fail(&e, inode.fd(), None))?;
+            .acquire(
+                &self.codec,
+                self.coherence.sharing,
+                writable,
+                self.read_only,
+            )
+            .map_err(|e| self.coherence.stale(self.fail(&e, inode.fd(), None)))?;
         let result = match (op, value) {
             (b"add", Some(v)) => std::str::from_utf8(v)
                 .map_err(|_| cloakfs_core::Error::InvalidName)

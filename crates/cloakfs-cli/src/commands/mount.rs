@@ -19,8 +19,8 @@ or in /etc/fstab: `/srv/vault.enc /srv/vault fuse.cloakfs passfile=/etc/cloakfs/
 
 -o takes: ro, rw, allow_other, allow_root, default_permissions, nonempty, fsname=NAME, \
 passfile=FILE, extpass=CMD, keyfile=FILE, identity=FILE, threads=N, cache_timeout=SECS, \
-log_file=FILE, foreground, writeback_cache, bind=user|session, no_io_uring, the kernel's nosuid, nodev, noexec, atime \
-options, sync, dirsync and lazytime, and ignores what belongs to mount(8) (defaults, auto, \
+log_file=FILE, foreground, writeback_cache, bind=user|session, no_io_uring, shared_storage, \
+no_shared_storage, the kernel's nosuid, nodev, noexec, atime options, sync, dirsync and lazytime, and ignores what belongs to mount(8) (defaults, auto, \
 noauto, user, users, _netdev, nofail, x-systemd.*).
 
 Key binding (--bind): with user, every request of another uid, root included and even with \
@@ -55,6 +55,16 @@ pub struct MountArgs {
     /// (`-o no_io_uring`).
     #[arg(long)]
     pub no_io_uring: bool,
+    /// Other machines mount the same cipher directory from a shared store (GlusterFS, NFS,
+    /// sshfs): close-to-open consistency, block rewrites and application locks coordinated
+    /// through the store, cache timeout 1 s unless given. On automatically where the cipher
+    /// directory lies on a network file system (README: Shared and distributed storage).
+    #[arg(long)]
+    pub shared_storage: bool,
+    /// This mount is the only one of the cipher directory, even on a network file system:
+    /// no shared-storage mode (also `-o no_shared_storage`).
+    #[arg(long)]
+    pub no_shared_storage: bool,
     /// Append the daemon's log to FILE (default: syslog when daemonized).
     #[arg(long, value_name = "FILE")]
     pub log_file: Option<PathBuf>,
@@ -66,6 +76,15 @@ pub struct MountArgs {
 
 pub fn run(args: MountArgs) -> Result<()> {
     let o = mount_options::parse(&args.options)?;
+    let (on, off) = (
+        args.shared_storage || o.shared_storage,
+        args.no_shared_storage || o.no_shared_storage,
+    );
+    if on && off {
+        return Err(Failure::usage(
+            "--shared-storage and --no-shared-storage contradict each other",
+        ));
+    }
     let (cipherdir, mountpoint) = check_before_unlock(&args.cipherdir, &args.mountpoint, &o)?;
     let unlock = with_option_secrets(&args.unlock, &o);
     if unlock.identity.is_empty()
@@ -84,6 +103,13 @@ pub fn run(args: MountArgs) -> Result<()> {
     if args.no_io_uring {
         mo.io_uring = false;
     }
+    let detected = network_file_system(&cipherdir).filter(|_| !off);
+    if on || detected.is_some() {
+        mo.sharing = cloakfs_fuse::Sharing::Shared;
+        if args.cache_timeout.or(o.cache_timeout).is_none() {
+            mo.cache_timeout = SHARED_CACHE_TIMEOUT;
+        }
+    }
     let mounted = cloakfs_fuse::mount(volume, &cipherdir, &mountpoint, &mo)
         .map_err(|e| Failure::mount(format!("cannot mount on {}: {e}", mountpoint.display())))?;
 
@@ -94,6 +120,9 @@ pub fn run(args: MountArgs) -> Result<()> {
         "Filesystem mounted and ready.",
     )?;
     crate::signals::unmount_on_signal(mountpoint.clone());
+    if let Some(fstype) = detected {
+        tracing::info!("cipher directory on {fstype}: shared-storage mode");
+    }
     tracing::info!(
         "serving {} on {}",
         cipherdir.display(),
@@ -170,6 +199,60 @@ pub(crate) fn fuse_options(
     mo
 }
 
+/// The cache timeout of a shared-storage mount unless one is given: how late other clients'
+/// attribute and name changes may show, as NFS's default minimum.
+const SHARED_CACHE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// File system types (as /proc/self/mountinfo names them) that other machines mount too.
+const NETWORK_FS: &[&str] = &[
+    "nfs",
+    "nfs4",
+    "cifs",
+    "smb3",
+    "ceph",
+    "fuse.ceph",
+    "glusterfs",
+    "fuse.glusterfs",
+    "fuse.sshfs",
+    "lustre",
+    "gfs2",
+    "ocfs2",
+    "9p",
+];
+
+/// The type of the network file system `dir` (canonical) lies on, if it does.
+fn network_file_system(dir: &Path) -> Option<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    mount_type_of(&info, dir).filter(|t| NETWORK_FS.contains(&t.as_str()))
+}
+
+/// The file system type of the mount in `mountinfo` that holds `dir`: the one with the
+/// longest mount point above it (the last one mounted there, if several).
+fn mount_type_of(mountinfo: &str, dir: &Path) -> Option<String> {
+    let mut best: Option<(usize, String)> = None;
+    for line in mountinfo.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let sep = fields.iter().position(|f| *f == "-")?;
+        let (Some(point), Some(fstype)) = (fields.get(4), fields.get(sep + 1)) else {
+            continue;
+        };
+        // mountinfo escapes space, tab, newline and backslash in octal.
+        let point = point
+            .replace("\\040", " ")
+            .replace("\\011", "\t")
+            .replace("\\012", "\n")
+            .replace("\\134", "\\");
+        let point = Path::new(&point);
+        if dir.starts_with(point) {
+            let depth = point.components().count();
+            if best.as_ref().is_none_or(|(d, _)| depth >= *d) {
+                best = Some((depth, fstype.to_string()));
+            }
+        }
+    }
+    best.map(|(_, t)| t)
+}
+
 fn absolute_dir(p: &Path, what: &str) -> Result<PathBuf> {
     let abs = std::fs::canonicalize(p).map_err(|e| {
         let code = if what == "mount point" {
@@ -231,5 +314,27 @@ pub(crate) fn sync_dir(dir: &Path) {
         use std::os::fd::AsRawFd;
         // SAFETY: syncfs on a valid open descriptor.
         unsafe { libc::syncfs(f.as_raw_fd()) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MOUNTINFO: &str = "\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+40 22 0:35 / /srv/team rw,relatime shared:2 - fuse.glusterfs 10.0.0.1:vol rw,user_id=0
+41 40 0:36 / /srv/team/local\\040disk rw - ext4 /dev/sdb1 rw
+50 22 0:40 / /mnt/nas rw - nfs4 nas:/export rw
+";
+
+    #[test]
+    fn the_deepest_mount_above_the_directory_decides() {
+        let t = |p: &str| mount_type_of(MOUNTINFO, Path::new(p));
+        assert_eq!(t("/srv/team/crypt").as_deref(), Some("fuse.glusterfs"));
+        assert_eq!(t("/srv/team/local disk/c").as_deref(), Some("ext4"));
+        assert_eq!(t("/srv/teamx").as_deref(), Some("ext4"));
+        assert_eq!(t("/mnt/nas/c").as_deref(), Some("nfs4"));
+        assert!(NETWORK_FS.contains(&"fuse.glusterfs") && !NETWORK_FS.contains(&"ext4"));
     }
 }

@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::format::content::{ContentCodec, FileCipher, FileId, FreshNonce};
 use crate::format::filekey::FileKeySource;
 use crate::format::layout::Layout;
+use crate::io::shared::{Hold, Sharing};
 use crate::io::stream::{self, Batches};
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -71,6 +72,8 @@ pub struct ContentFile {
     state: RwLock<State>,
     /// Large reads since the last finished batch (see `stream`); readers share `state`.
     read: Mutex<Batches>,
+    /// Whether other clients may change the backing file (see `shared`).
+    sharing: Sharing,
 }
 
 impl std::fmt::Debug for ContentFile {
@@ -105,12 +108,59 @@ impl ContentFile {
             file,
             state: RwLock::new(state),
             read: Mutex::new(Batches::default()),
+            sharing: Sharing::Alone,
         };
         // Whether the file may be opened at all is decided by its header.
         if this.codec.key_source().opens_at_open() {
             this.load(&mut this.write_state())?;
         }
         Ok(this)
+    }
+
+    /// The same file, coordinated with other clients as `sharing` says.
+    pub fn with_sharing(mut self, sharing: Sharing) -> Self {
+        self.sharing = sharing;
+        self
+    }
+
+    /// Reads the size and header again (after another client may have changed them), keeping
+    /// what is known about the file ID if the header still holds it.
+    fn reload(&self, st: &mut State) -> Result<()> {
+        self.sharing.refresh_attrs(&self.file);
+        let meta = self.file.metadata()?;
+        st.size = self.layout().plain_size_lenient(meta.len());
+        st.holes = may_have_holes(&meta);
+        let old = st.cipher.as_ref().map(FileCipher::id);
+        st.loaded = false;
+        st.cipher = None;
+        self.load(st)?;
+        let new = st.cipher.as_ref().map(FileCipher::id);
+        st.id_owned &= new.is_some() && new == old;
+        Ok(())
+    }
+
+    /// The state, loaded and held against other clients' changes, for changing the contents.
+    /// The hold is released before the state (tuple fields drop in order).
+    fn changing(&self) -> Result<(Hold<'_>, RwLockWriteGuard<'_, State>)> {
+        let mut st = self.write_state();
+        let hold = self.sharing.hold(&self.file, true)?;
+        if hold.must_reload() {
+            self.reload(&mut st)?;
+        } else {
+            self.load(&mut st)?;
+        }
+        Ok((hold, st))
+    }
+
+    /// Brings the cached size and header up to date with the store, where other clients may
+    /// have changed them (at open: close-to-open consistency). Nothing to do when alone.
+    pub fn revalidate(&self) -> Result<()> {
+        let mut st = self.write_state();
+        let hold = self.sharing.hold(&self.file, false)?;
+        if hold.must_reload() {
+            self.reload(&mut st)?;
+        }
+        Ok(())
     }
 
     /// Reads and checks the header if not done yet.
@@ -144,13 +194,6 @@ impl ContentFile {
         }
         self.load(&mut self.write_state())?;
         Ok(self.read_state())
-    }
-
-    /// The state with its header loaded, for writers.
-    fn loaded_state_mut(&self) -> Result<RwLockWriteGuard<'_, State>> {
-        let mut st = self.write_state();
-        self.load(&mut st)?;
-        Ok(st)
     }
 
     /// The backing file.
@@ -218,7 +261,7 @@ impl ContentFile {
                 "this volume is not a sharing volume (made without --sharing)".into(),
             ));
         };
-        let mut st = self.loaded_state_mut()?;
+        let (_hold, mut st) = self.changing()?;
         let header_len = self.layout().header_len();
         let old = if self.file.metadata()?.len() >= header_len {
             let mut h = vec![0u8; header_len as usize];
@@ -261,9 +304,42 @@ impl ContentFile {
     /// are (an empty range at end of file). The sealed blocks holding them are read into `buf`
     /// (resized to fit) and opened there: one buffer, and no copy of the plaintext.
     pub fn read_into(&self, off: u64, len: usize, buf: &mut Vec<u8>) -> Result<Range<usize>> {
-        let st = self.loaded_state()?;
+        let read = self.read_in(&*self.loaded_state()?, off, len, buf);
+        let (got, c_start, c_end) = match read {
+            Err(Error::Tampered(_)) if self.sharing.is_shared() => {
+                // Another client may have rewritten the file meanwhile: read again while no
+                // client changes it.
+                let mut st = self.write_state();
+                let _hold = self.sharing.hold(&self.file, false)?;
+                self.reload(&mut st)?;
+                self.read_in(&st, off, len, buf)?
+            }
+            r => r?,
+        };
+        // Small reads never count: they skip the lock that concurrent readers would share.
+        if stream::is_stream_request(c_start, c_end) {
+            let finished = self
+                .read
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .add(c_start, c_end);
+            if let Some(batch) = finished {
+                batch.evict_before(&self.file);
+            }
+        }
+        Ok(got)
+    }
+
+    /// [`Self::read_into`] under `st`; also returns the backing range read.
+    fn read_in(
+        &self,
+        st: &State,
+        off: u64,
+        len: usize,
+        buf: &mut Vec<u8>,
+    ) -> Result<(Range<usize>, u64, u64)> {
         if off >= st.size || len == 0 {
-            return Ok(0..0);
+            return Ok((0..0, 0, 0));
         }
         let len = (len as u64).min(st.size - off) as usize;
         let cipher = st
@@ -285,20 +361,8 @@ impl ContentFile {
             }
         })?;
         open_run(cipher, layout, span.first, buf)?;
-        drop(st);
-        // Small reads never count: they skip the lock that concurrent readers would share.
-        if stream::is_stream_request(c_start, c_end) {
-            let finished = self
-                .read
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .add(c_start, c_end);
-            if let Some(batch) = finished {
-                batch.evict_before(&self.file);
-            }
-        }
         let start = (off - layout.plain_offset(span.first)) as usize;
-        Ok(start..start + len)
+        Ok((start..start + len, c_start, c_end))
     }
 
     /// Writes `data` at plaintext offset `off` (filling any gap with a hole); returns its length.
@@ -313,7 +377,7 @@ impl ContentFile {
         if data.is_empty() {
             return Ok(0);
         }
-        let mut st = self.loaded_state_mut()?;
+        let (hold, mut st) = self.changing()?;
         let bs = self.layout().block_size();
         let end = if off >= st.size - st.size % bs {
             let old = self.old_end(&st)?;
@@ -323,7 +387,7 @@ impl ContentFile {
             self.write_locked(&mut st, off, data, true)?
         };
         let finished = st.written.add(end.0, end.1);
-        drop(st);
+        drop((hold, st));
         if let Some(batch) = finished {
             batch.write_out(&self.file);
         }
@@ -460,7 +524,7 @@ impl ContentFile {
     /// Sets the plaintext size: shrinking re-seals a new partial last block, growing leaves a
     /// hole (or encrypted zeros on a strict volume).
     pub fn truncate(&self, new_size: u64) -> Result<()> {
-        let mut st = self.loaded_state_mut()?;
+        let (_hold, mut st) = self.changing()?;
         let old = st.size;
         if new_size == old {
             return Ok(());
@@ -510,7 +574,7 @@ impl ContentFile {
     /// Zeroes `len` bytes at `off` without changing the size (FALLOC_FL_PUNCH_HOLE). Whole
     /// blocks become holes in the backing file on sparse volumes.
     pub fn punch_hole(&self, off: u64, len: u64) -> Result<()> {
-        let size = self.size();
+        let size = self.changing()?.1.size;
         let end = (off + len).min(size);
         if off >= end {
             return Ok(());
@@ -531,7 +595,7 @@ impl ContentFile {
         if tail_start < end {
             self.write_zeros(tail_start, end - tail_start)?;
         }
-        let mut st = self.write_state();
+        let (_hold, mut st) = self.changing()?;
         st.holes = true;
         let c0 = layout.cipher_offset(first_full);
         let c1 = layout.cipher_offset(last_full);
@@ -578,7 +642,7 @@ impl ContentFile {
             Ok(()) => {
                 // The range growing the file made holes of is now allocated: writes to the
                 // file no longer need reserving, unless holes remain elsewhere.
-                let mut st = self.write_state();
+                let (_hold, mut st) = self.changing()?;
                 st.holes = may_have_holes(&self.file.metadata()?);
                 Ok(())
             }

@@ -4,5 +4,6 @@
 pub mod file;
 pub mod long_targets;
 pub mod reverse;
+pub mod shared;
 pub(crate) mod stream;
 pub mod xattrs;

@@ -1,0 +1,249 @@
+//! Coordination of several machines that serve one cipher directory on a shared store
+//! (GlusterFS, NFS, sshfs): the one seam through which [`crate::io::file::ContentFile`] keeps
+//! its read-modify-write of blocks and its cached size and header true when other clients
+//! write the same backing files.
+//!
+//! [`Sharing::Alone`] (the default) does nothing: this mount is the only writer. Under
+//! [`Sharing::Shared`] every change to a file's contents runs under an exclusive lock on the
+//! backing file's *coordination byte* ([`COORDINATION_BYTE`], FORMAT.md 19), taken with an
+//! open-file-description lock, which GlusterFS and NFS pass on to every client; under it the
+//! size and the header are read again and the backing file's page cache is dropped, so a block
+//! is re-read from the store before it is changed. Applications' own byte-range locks use the
+//! plaintext offsets below that byte (see [`app_lock_range`]), so they never meet cloakfs's.
+
+use crate::error::Result;
+use rustix::fd::AsFd;
+use rustix::fs::{AtFlags, StatxFlags};
+use std::fs::File;
+use std::os::unix::io::AsRawFd;
+
+/// The backing file offset of the byte that cloakfs clients lock to change a file's contents:
+/// the last byte a 64-bit signed offset reaches, beyond any plaintext or backing offset.
+pub const COORDINATION_BYTE: u64 = i64::MAX as u64 - 1;
+
+/// Whether other machines may change the backing files behind this mount's back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Sharing {
+    /// This mount is the only writer of its cipher directory.
+    #[default]
+    Alone,
+    /// Several clients mount the cipher directory from one shared store.
+    Shared,
+}
+
+/// A lock held on a backing file's coordination byte; released when dropped, after an
+/// exclusive hold's changes reached the store.
+#[must_use]
+pub struct Hold<'a> {
+    file: Option<&'a File>,
+    exclusive: bool,
+}
+
+impl Hold<'_> {
+    /// Whether what was cached about the file (size, header) must be read again: another
+    /// client may have changed it since.
+    pub fn must_reload(&self) -> bool {
+        self.file.is_some()
+    }
+}
+
+impl Drop for Hold<'_> {
+    fn drop(&mut self) {
+        if let Some(f) = self.file {
+            // A client's write may wait in its store client (GlusterFS's write-behind, NFS's
+            // cache) past the unlock, where the next client's read-modify-write would miss
+            // it: it goes out first, as NFS clients flush before they unlock.
+            if self.exclusive {
+                if let Err(e) = f.sync_data() {
+                    tracing::warn!("flushing a backing file to the store: {e}");
+                }
+            }
+            if let Err(e) = ofd_lock(f, libc::F_UNLCK, COORDINATION_BYTE, 1, false) {
+                tracing::warn!("releasing a backing file's coordination lock: {e}");
+            }
+        }
+    }
+}
+
+impl Sharing {
+    /// Holds `file` against other clients' changes: exclusively to change its contents, else
+    /// shared. Waits for other clients' holds. Does nothing when alone.
+    pub fn hold<'a>(&self, file: &'a File, exclusive: bool) -> Result<Hold<'a>> {
+        match self {
+            Sharing::Alone => Ok(Hold {
+                file: None,
+                exclusive,
+            }),
+            Sharing::Shared => {
+                let kind = if exclusive {
+                    libc::F_WRLCK
+                } else {
+                    libc::F_RDLCK
+                };
+                wait_for_lock(file, kind, COORDINATION_BYTE, 1)?;
+                let hold = Hold {
+                    file: Some(file),
+                    exclusive,
+                };
+                // What the kernel cached of the backing file may predate another client's
+                // change: the next reads go to the store.
+                drop_page_cache(file);
+                Ok(hold)
+            }
+        }
+    }
+
+    /// Whether the backing files may change behind this mount's back.
+    pub fn is_shared(&self) -> bool {
+        *self == Sharing::Shared
+    }
+
+    /// Makes the kernel fetch the attributes of `fd`'s file from the store, so that the next
+    /// `fstat` shows other clients' changes (a FUSE or network file system otherwise answers
+    /// from its attribute cache). Nothing to do when alone.
+    pub fn refresh_attrs<Fd: AsFd>(&self, fd: Fd) {
+        if self.is_shared() {
+            let _ = rustix::fs::statx(
+                fd,
+                "",
+                AtFlags::EMPTY_PATH | AtFlags::STATX_FORCE_SYNC,
+                StatxFlags::BASIC_STATS,
+            );
+        }
+    }
+}
+
+/// Takes OFD lock `kind` on `[start, start + len)` of `file`, trying again until it is
+/// granted. Not a blocking request: on a replicated GlusterFS volume, a client's blocked lock request made
+/// the holder's fdatasync wait for it (a deadlock, seen in the tests), so the wait is here,
+/// from 1 ms doubling to at most 32 ms between tries.
+pub fn wait_for_lock(file: &File, kind: i32, start: u64, len: u64) -> std::io::Result<()> {
+    let mut pause = std::time::Duration::from_millis(1);
+    loop {
+        match ofd_lock(file, kind, start, len, false) {
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES)) => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(std::time::Duration::from_millis(32));
+            }
+            r => return r,
+        }
+    }
+}
+
+/// The backing-file range `[start, end)` that stands for an application's lock on plaintext
+/// bytes `[start, end]` (`end` inclusive, `u64::MAX` or beyond the coordination byte for "to
+/// the end of the file"): the same offsets, cut short of the coordination byte. `None` if
+/// the range starts at or beyond it.
+pub fn app_lock_range(start: u64, end_inclusive: u64) -> Option<(u64, u64)> {
+    if start >= COORDINATION_BYTE {
+        return None;
+    }
+    let end = end_inclusive.saturating_add(1).min(COORDINATION_BYTE);
+    (end > start).then_some((start, end))
+}
+
+/// Takes (`kind` F_RDLCK/F_WRLCK) or releases (F_UNLCK) an open-file-description lock on
+/// `[start, start + len)` of `file`; `wait` blocks until it is granted, else a conflict is
+/// `EAGAIN`.
+pub fn ofd_lock(file: &File, kind: i32, start: u64, len: u64, wait: bool) -> std::io::Result<()> {
+    let mut fl = flock_of(kind, start, len);
+    let cmd = if wait {
+        libc::F_OFD_SETLKW
+    } else {
+        libc::F_OFD_SETLK
+    };
+    loop {
+        // SAFETY: fcntl on a valid, owned descriptor with a fully initialized flock struct.
+        let r = unsafe { libc::fcntl(file.as_raw_fd(), cmd, &mut fl) };
+        if r == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// The first lock that would conflict with taking `kind` on `[start, start + len)` of `file`
+/// as an open-file-description lock: `(kind, start, len)`, `None` if there is none.
+pub fn ofd_conflict(
+    file: &File,
+    kind: i32,
+    start: u64,
+    len: u64,
+) -> std::io::Result<Option<(i32, u64, u64)>> {
+    let mut fl = flock_of(kind, start, len);
+    // SAFETY: fcntl on a valid, owned descriptor with a fully initialized flock struct.
+    let r = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut fl) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if fl.l_type == libc::F_UNLCK as i16 {
+        return Ok(None);
+    }
+    Ok(Some((fl.l_type as i32, fl.l_start as u64, fl.l_len as u64)))
+}
+
+fn flock_of(kind: i32, start: u64, len: u64) -> libc::flock {
+    // SAFETY: flock is a plain C struct for which all-zero bytes are a valid value.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = kind as i16;
+    fl.l_whence = libc::SEEK_SET as i16;
+    fl.l_start = start as i64;
+    fl.l_len = len as i64;
+    // OFD locks need l_pid 0.
+    fl.l_pid = 0;
+    fl
+}
+
+/// Drops the kernel's clean cached pages of `file` (POSIX_FADV_DONTNEED).
+fn drop_page_cache(file: &File) {
+    // SAFETY: posix_fadvise on a valid descriptor with plain integer arguments.
+    unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn app_locks_stay_below_the_coordination_byte() {
+        assert_eq!(app_lock_range(0, 1023), Some((0, 1024)));
+        assert_eq!(
+            app_lock_range(10, i64::MAX as u64),
+            Some((10, COORDINATION_BYTE))
+        );
+        assert_eq!(app_lock_range(5, u64::MAX), Some((5, COORDINATION_BYTE)));
+        assert_eq!(app_lock_range(COORDINATION_BYTE, u64::MAX), None);
+    }
+
+    #[test]
+    fn holds_of_two_descriptions_exclude_each_other() {
+        let t = tempfile::NamedTempFile::new().unwrap();
+        let a = File::options()
+            .read(true)
+            .write(true)
+            .open(t.path())
+            .unwrap();
+        let b = File::options()
+            .read(true)
+            .write(true)
+            .open(t.path())
+            .unwrap();
+        let hold = Sharing::Shared.hold(&a, true).unwrap();
+        assert!(hold.must_reload());
+        let e = ofd_lock(&b, libc::F_WRLCK, COORDINATION_BYTE, 1, false).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EAGAIN));
+        assert_eq!(
+            ofd_conflict(&b, libc::F_RDLCK, COORDINATION_BYTE, 1).unwrap(),
+            Some((libc::F_WRLCK, COORDINATION_BYTE, 1))
+        );
+        drop(hold);
+        ofd_lock(&b, libc::F_WRLCK, COORDINATION_BYTE, 1, false).unwrap();
+        // An application's whole-file lock does not meet the coordination byte.
+        let (s, e) = app_lock_range(0, u64::MAX).unwrap();
+        ofd_lock(&a, libc::F_WRLCK, s, e - s, false).unwrap();
+        assert!(!Sharing::Alone.hold(&a, true).unwrap().must_reload());
+    }
+}
