@@ -2,7 +2,8 @@
 //!
 //! A non-empty backing file is `header || block_0 || block_1 || ...`. Every block but the last
 //! holds `block_size` plaintext bytes and occupies `block_size + overhead` backing bytes; the last
-//! may be shorter. An empty plaintext file is an empty backing file (no header).
+//! may be shorter. An empty plaintext file is an empty backing file (no header). A suite that
+//! keeps the header elsewhere (AES-256-XTS: an xattr) has a header length of 0 here.
 
 /// Length of the per-file header: 2-byte big-endian version, 16-byte file ID.
 pub const HEADER_LEN: u64 = 18;
@@ -21,6 +22,7 @@ pub enum LayoutError {
 pub struct Layout {
     block: u64,
     overhead: u64,
+    header: u64,
 }
 
 /// The plaintext blocks touched by a byte range.
@@ -34,11 +36,24 @@ pub struct BlockSpan {
 
 impl Layout {
     /// A layout with `block_size` plaintext bytes per block and `overhead` extra bytes per block.
+    /// The header is the in-file one of `HEADER_LEN` bytes.
     pub const fn new(block_size: u64, overhead: u64) -> Self {
+        Self::with_header(block_size, overhead, HEADER_LEN)
+    }
+
+    /// A layout whose blocks follow `header_len` bytes of header (0 where the header is kept
+    /// outside the backing file's data).
+    pub const fn with_header(block_size: u64, overhead: u64, header_len: u64) -> Self {
         Self {
             block: block_size,
             overhead,
+            header: header_len,
         }
+    }
+
+    /// Backing bytes in front of the first block.
+    pub const fn header_len(&self) -> u64 {
+        self.header
     }
 
     /// Plaintext bytes per block.
@@ -58,7 +73,7 @@ impl Layout {
 
     /// Backing offset where block `n` starts.
     pub const fn cipher_offset(&self, n: u64) -> u64 {
-        HEADER_LEN + n * self.cipher_block_size()
+        self.header + n * self.cipher_block_size()
     }
 
     /// Plaintext offset where block `n` starts.
@@ -100,7 +115,7 @@ impl Layout {
         let full = size / self.block;
         let rest = size % self.block;
         let tail = if rest > 0 { rest + self.overhead } else { 0 };
-        HEADER_LEN + full * self.cipher_block_size() + tail
+        self.header + full * self.cipher_block_size() + tail
     }
 
     /// Plaintext length of a backing file of `cipher_len` bytes.
@@ -108,10 +123,10 @@ impl Layout {
         if cipher_len == 0 {
             return Ok(0);
         }
-        if cipher_len < HEADER_LEN {
+        if cipher_len < self.header {
             return Err(LayoutError::TruncatedHeader);
         }
-        let body = cipher_len - HEADER_LEN;
+        let body = cipher_len - self.header;
         let full = body / self.cipher_block_size();
         let rest = body % self.cipher_block_size();
         match rest {
@@ -127,7 +142,7 @@ impl Layout {
         match self.plain_size(cipher_len) {
             Ok(s) => s,
             Err(_) => {
-                let body = cipher_len.saturating_sub(HEADER_LEN);
+                let body = cipher_len.saturating_sub(self.header);
                 body / self.cipher_block_size() * self.block
             }
         }
@@ -151,6 +166,16 @@ mod tests {
         assert_eq!(L.plain_size(17), Err(LayoutError::TruncatedHeader));
         assert_eq!(L.plain_size(18 + 28), Err(LayoutError::TruncatedBlock));
         assert_eq!(L.plain_size_lenient(18 + 4124 + 5), 4096);
+    }
+
+    #[test]
+    fn without_a_header_or_overhead_sizes_are_the_identity() {
+        let xts = Layout::with_header(4096, 0, 0);
+        for size in [0u64, 1, 15, 16, 17, 4095, 4096, 4097, 4111, 4112, (1 << 20) + 5] {
+            assert_eq!(xts.cipher_size(size), size);
+            assert_eq!(xts.plain_size(size), Ok(size));
+            assert_eq!(xts.cipher_offset(xts.span(size, 1).first), size / 4096 * 4096);
+        }
     }
 
     proptest! {

@@ -10,7 +10,8 @@
 
 use crate::error::{Error, Result};
 use crate::format::content::{ContentCodec, FileCipher, FileHeader, FileId, FreshNonce};
-use crate::format::layout::{Layout, HEADER_LEN};
+use crate::format::layout::Layout;
+use crate::io::file_id;
 use crate::io::stream::{self, Batches};
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -110,14 +111,8 @@ impl ContentFile {
             return Ok(());
         }
         let len = self.file.metadata()?.len();
-        if len > 0 {
-            if len < HEADER_LEN {
-                return Err(tampered("file header truncated".into()));
-            }
-            let mut h = [0u8; HEADER_LEN as usize];
-            self.file.read_exact_at(&mut h, 0)?;
-            let header = FileHeader::parse(&h)?;
-            st.cipher = Some(self.codec.file_cipher(header.id));
+        if let Some(id) = file_id::read(&self.codec, &self.file, len)? {
+            st.cipher = Some(self.codec.file_cipher(id));
         }
         st.loaded = true;
         Ok(())
@@ -324,12 +319,9 @@ impl ContentFile {
             .min(layout.cipher_size(new_size));
         let overhead = layout.overhead() as usize;
 
-        // A new file's header goes out with its first blocks (then c_start is HEADER_LEN).
-        let prefix = match header {
-            Some(_) => HEADER_LEN as usize,
-            None => 0,
-        };
-        debug_assert!(header.is_none() || c_start == HEADER_LEN);
+        // A new file's header goes out with its first blocks (then c_start is the header length).
+        let prefix = header.as_ref().map_or(0, Vec::len);
+        debug_assert!(header.is_none() || c_start == layout.header_len());
         SEALED.with_borrow_mut(|buf| -> Result<()> {
             buf.resize(prefix + (c_end - c_start) as usize, 0);
             let (head, out) = buf.split_at_mut(prefix);
@@ -549,7 +541,7 @@ impl ContentFile {
 
     /// Writes a fresh `header` alone: a file without data becomes header-only; a file of
     /// holes keeps its length, since its holes read as zeros under any ID.
-    fn put_header(&self, st: &State, header: &[u8; HEADER_LEN as usize]) -> Result<()> {
+    fn put_header(&self, st: &State, header: &[u8]) -> Result<()> {
         if st.size == 0 {
             self.write_header(header)
         } else {
@@ -562,7 +554,7 @@ impl ContentFile {
     /// may write it ahead of its first block in one system call: whatever the backing file
     /// holds then (nothing, a header, or a header and fewer bytes than a sealed block's
     /// overhead) lies within that write, so nothing old survives it.
-    fn new_header(&self, st: &mut State) -> Result<Option<[u8; HEADER_LEN as usize]>> {
+    fn new_header(&self, st: &mut State) -> Result<Option<Vec<u8>>> {
         // A file without data gets a fresh ID every time: a failed first write may have
         // taken its header away again (put_back).
         if st.size > 0 && (st.id_owned || self.first_sealed_block_opens(st)?) {
@@ -572,9 +564,11 @@ impl ContentFile {
         let header = FileHeader {
             id: FileId::random(),
         };
+        // The header's in-file bytes (none where the suite keeps it in an xattr, written here).
+        let bytes = file_id::place(&self.codec, &self.file, &header)?;
         st.cipher = Some(self.codec.file_cipher(header.id));
         st.id_owned = true;
-        Ok(Some(header.to_bytes()))
+        Ok(Some(bytes))
     }
 
     /// Whether the file has a sealed (non-hole) block, after opening the first one: that
@@ -597,7 +591,7 @@ impl ContentFile {
                 &self.file,
                 rustix::fs::SeekFrom::Data(layout.cipher_offset(b)),
             ) {
-                Ok(at) => b = b.max(at.saturating_sub(HEADER_LEN) / cbs),
+                Ok(at) => b = b.max(at.saturating_sub(layout.header_len()) / cbs),
                 Err(rustix::io::Errno::NXIO) => return Ok(false),
                 // No SEEK_DATA here: read every block.
                 Err(_) => {}
@@ -621,10 +615,11 @@ impl ContentFile {
     }
 
     /// Writes `header` alone, leaving a header-only file.
-    fn write_header(&self, header: &[u8; HEADER_LEN as usize]) -> Result<()> {
-        self.reserve(self.file.metadata()?.len(), HEADER_LEN)?;
+    fn write_header(&self, header: &[u8]) -> Result<()> {
+        let len = header.len() as u64;
+        self.reserve(self.file.metadata()?.len(), len)?;
         self.file.write_all_at(header, 0)?;
-        self.file.set_len(HEADER_LEN)?;
+        self.file.set_len(len)?;
         Ok(())
     }
 
@@ -785,11 +780,16 @@ pub(crate) mod tests {
     use super::*;
     use crate::crypto::secret::SecretBytes;
     use crate::format::content::ContentSuite;
+    use crate::format::layout::HEADER_LEN;
     use proptest::prelude::*;
 
     fn codec(strict: bool) -> Arc<ContentCodec> {
+        suite_codec(ContentSuite::Aes256Gcm, strict)
+    }
+
+    fn suite_codec(suite: ContentSuite, strict: bool) -> Arc<ContentCodec> {
         Arc::new(ContentCodec::new(
-            ContentSuite::Aes256Gcm,
+            suite,
             4096,
             strict,
             SecretBytes::from_slice(&[9; 32]),
@@ -797,15 +797,45 @@ pub(crate) mod tests {
     }
 
     fn new_file(strict: bool) -> (ContentFile, tempfile::NamedTempFile) {
+        new_suite_file(ContentSuite::Aes256Gcm, strict)
+    }
+
+    fn new_suite_file(suite: ContentSuite, strict: bool) -> (ContentFile, tempfile::NamedTempFile) {
         let t = tempfile::NamedTempFile::new().unwrap();
         let f = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .open(t.path())
             .unwrap();
-        (ContentFile::open(codec(strict), f).unwrap(), t)
+        (ContentFile::open(suite_codec(suite, strict), f).unwrap(), t)
     }
 
+    #[test]
+    fn xts_backing_files_have_the_plaintext_size_and_reopen() {
+        let sizes = [1u64, 15, 16, 17, 4095, 4096, 4097, 4111, 4112, (1 << 20) + 5];
+        for size in sizes {
+            let (f, t) = new_suite_file(ContentSuite::Aes256Xts, false);
+            let data: Vec<u8> = (0..size).map(|i| (i % 253) as u8 + 1).collect();
+            f.write_at(0, &data).unwrap();
+            assert_eq!(std::fs::metadata(t.path()).unwrap().len(), size);
+            let backing = std::fs::read(t.path()).unwrap();
+            assert_ne!(backing, data, "encrypted ({size})");
+            let g = ContentFile::open(
+                suite_codec(ContentSuite::Aes256Xts, false),
+                clone(&t),
+            )
+            .unwrap();
+            assert_eq!(read_all(&g), data, "{size}");
+            // The ID is in the xattr: without it the data cannot be read.
+            rustix::fs::removexattr(t.path(), "user.cloakfs.id").unwrap();
+            let h = ContentFile::open(
+                suite_codec(ContentSuite::Aes256Xts, false),
+                clone(&t),
+            )
+            .unwrap();
+            assert!(matches!(h.read_at(0, &mut [0u8; 4]), Err(Error::Tampered(_))));
+        }
+    }
     fn read_all(f: &ContentFile) -> Vec<u8> {
         let mut v = vec![0u8; f.size() as usize + 10];
         let n = f.read_at(0, &mut v).unwrap();
@@ -1130,8 +1160,12 @@ pub(crate) mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(48))]
         #[test]
-        fn matches_reference(ops in proptest::collection::vec(op(), 1..25), strict in any::<bool>()) {
-            let (f, _t) = new_file(strict);
+        fn matches_reference(ops in proptest::collection::vec(op(), 1..25), strict in any::<bool>(), xts in any::<bool>()) {
+            let (f, t) = if xts {
+                new_suite_file(ContentSuite::Aes256Xts, false)
+            } else {
+                new_file(strict)
+            };
             let mut reference: Vec<u8> = Vec::new();
             for op in ops {
                 match op {
@@ -1154,6 +1188,9 @@ pub(crate) mod tests {
                     }
                 }
                 prop_assert_eq!(f.size(), reference.len() as u64);
+                if xts {
+                    prop_assert_eq!(std::fs::metadata(t.path()).unwrap().len(), f.size());
+                }
             }
             prop_assert_eq!(read_all(&f), reference);
         }

@@ -2,6 +2,7 @@
 //! backing entries.
 
 pub mod file;
+pub mod file_id;
 pub mod long_targets;
 pub mod reverse;
 pub(crate) mod stream;
