@@ -214,7 +214,10 @@ impl CloakFs {
             let n = sized(buf, || backing.list_query(), |b| backing.list(b)).map_err(errno)?;
             let mut out = Vec::with_capacity(n);
             let names = buf[..n].split(|&b| b == 0);
-            for stored in names.filter(|s| !s.is_empty() && !is_lsm_label(s)) {
+            let suite = self.volume.content().suite();
+            for stored in names
+                .filter(|s| !s.is_empty() && !is_lsm_label(s) && !suite.is_header_xattr(s))
+            {
                 match self.volume.meta().decrypt_xattr_name(stored) {
                     Ok(plain) => {
                         out.extend_from_slice(&plain);

@@ -127,6 +127,12 @@ impl VolumeParams {
             )));
         }
         let strict_holes = match get(f, "holes")? {
+            "strict" if !content.authenticated() => {
+                return Err(Error::ConfigDamaged(format!(
+                    "strict holes with {} (which cannot detect tampering)",
+                    content.name()
+                )))
+            }
             "sparse" => false,
             "strict" => true,
             other => {

@@ -113,6 +113,19 @@ impl ContentSuite {
         self != ContentSuite::Aes256Xts
     }
 
+    /// For a suite without integrity, the one line that says so (init, info, fsck, README).
+    pub fn integrity_warning(self) -> Option<&'static str> {
+        (!self.authenticated()).then_some(
+            "aes-256-xts has no integrity: a changed ciphertext decrypts to different \
+             plaintext, silently (names stay authenticated)",
+        )
+    }
+
+    /// Whether backing xattr `name` is a file's header (not a user xattr to decrypt).
+    pub fn is_header_xattr(self, name: &[u8]) -> bool {
+        matches!(self.header_place(), HeaderPlace::Xattr(h) if h.as_bytes() == name)
+    }
+
     /// Where each file's header is kept.
     pub fn header_place(self) -> HeaderPlace {
         match self {

@@ -3,7 +3,7 @@
 //! extended attribute of the backing file (docs/FORMAT.md section 18).
 
 use crate::error::{Error, Result};
-use crate::format::content::{ContentCodec, FileHeader, FileId, HeaderPlace};
+use crate::format::content::{ContentCodec, ContentSuite, FileHeader, FileId, HeaderPlace};
 use crate::format::layout::HEADER_LEN;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -57,11 +57,11 @@ pub fn place(codec: &ContentCodec, file: &File, header: &FileHeader) -> Result<V
     }
 }
 
-/// Whether the file system of directory `dir` can hold the headers of `codec`'s suite: for an
-/// xattr, one is written to a scratch file in `dir` and removed again. A file system without
-/// user xattrs (ramfs, vfat, some network mounts) gets a clear refusal.
-pub fn check_dir(codec: &ContentCodec, dir: &Path) -> Result<()> {
-    let HeaderPlace::Xattr(name) = codec.suite().header_place() else {
+/// Whether the file system of directory `dir` can hold the headers of `suite`: for an xattr,
+/// one is written to a scratch file in `dir` and removed again. A file system without user
+/// xattrs (ramfs, vfat, some network mounts) gets a clear refusal.
+pub fn check_dir(suite: ContentSuite, dir: &Path) -> Result<()> {
+    let HeaderPlace::Xattr(name) = suite.header_place() else {
         return Ok(());
     };
     let scratch = tempfile_in(dir)?;

@@ -8,7 +8,7 @@
 //! failed block is never handed out: its bytes in the output are zero.
 
 use crate::error::{Error, Result};
-use crate::format::content::{ContentCodec, FileCipher, FileHeader, FileId};
+use crate::format::content::{ContentCodec, FileCipher, FileId};
 use crate::format::layout::{Layout, LayoutError, HEADER_LEN};
 use rayon::prelude::*;
 use std::fs::File;
@@ -91,13 +91,8 @@ impl BlockReader {
                 "file header truncated ({backing_len} of {HEADER_LEN} bytes)"
             )));
         }
-        let cipher = if backing_len == 0 {
-            None
-        } else {
-            let mut h = [0u8; HEADER_LEN as usize];
-            file.read_exact_at(&mut h, 0)?;
-            Some(codec.file_cipher(FileHeader::parse(&h)?.id))
-        };
+        let cipher = crate::io::file_id::read(codec, &file, backing_len)?
+            .map(|id| codec.file_cipher(id));
         Ok(Self {
             file,
             cipher,
