@@ -324,3 +324,36 @@ fn a_file_system_without_user_xattrs_is_refused_at_init_and_mount() {
     );
     assert!(out.status.success(), "{}", stderr(&out));
 }
+
+#[test]
+fn offline_cat_and_export_read_an_xts_volume() {
+    let f = xts_fixture();
+    let m = f.mounted(&[]);
+    let doc = pattern(3 * 4096 + 7, 5);
+    std::fs::write(f.mnt.join("doc"), &doc).unwrap();
+    std::fs::write(f.mnt.join("tiny"), b"abc").unwrap();
+    rustix::fs::setxattr(
+        f.mnt.join("doc"),
+        "user.note",
+        b"kept",
+        rustix::fs::XattrFlags::empty(),
+    )
+    .unwrap();
+    m.unmount();
+    let out = f.run(&["cat", "--passfile", s(&f.pass), s(&f.cipher), "/doc"]);
+    assert!(out.status.success(), "cat: {}", stderr(&out));
+    assert_eq!(out.stdout, doc);
+    let dest = f.tmp.path().join("export");
+    let out = f.run(&["export", "--passfile", s(&f.pass), s(&f.cipher), s(&dest)]);
+    assert!(out.status.success(), "export: {}", stderr(&out));
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+    assert!(!said.contains("does not decrypt"), "{said}");
+    assert_eq!(std::fs::read(dest.join("doc")).unwrap(), doc);
+    assert_eq!(std::fs::read(dest.join("tiny")).unwrap(), b"abc");
+    let mut v = [0u8; 16];
+    let n = rustix::fs::getxattr(dest.join("doc"), "user.note", &mut v).unwrap();
+    assert_eq!(&v[..n], b"kept");
+    let mut names = [0u8; 256];
+    let n = rustix::fs::listxattr(dest.join("doc"), &mut names[..]).unwrap();
+    assert_eq!(&names[..n], b"user.note\0", "the header xattr is not exported");
+}

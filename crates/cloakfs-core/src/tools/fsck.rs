@@ -443,7 +443,7 @@ impl Checker<'_> {
             first += n;
         }
         self.progress
-            .advance(crate::format::layout::HEADER_LEN.min(r.backing_len()), 0);
+            .advance(r.layout().header_len().min(r.backing_len()), 0);
         let layout = r.layout();
         let (zeros, failed): (Vec<u64>, Vec<u64>) = failed.into_iter().partition(|&b| {
             let at = layout.cipher_offset(b);
