@@ -90,7 +90,11 @@ fn backing_files_have_exactly_the_plaintext_size() {
     for (i, &size) in sizes.iter().enumerate() {
         let p = f.mnt.join(format!("f{size}"));
         assert_eq!(std::fs::metadata(&p).unwrap().len(), size);
-        assert_eq!(std::fs::read(&p).unwrap(), pattern(size, i as u64), "{size}");
+        assert_eq!(
+            std::fs::read(&p).unwrap(),
+            pattern(size, i as u64),
+            "{size}"
+        );
     }
     m.unmount();
 }
@@ -122,7 +126,10 @@ fn holes_stay_holes_and_read_as_zeros() {
         meta.blocks() * 512
     );
     // An all-zero sector written over data reads as a hole: zeros.
-    let raw = std::fs::OpenOptions::new().write(true).open(&backing).unwrap();
+    let raw = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&backing)
+        .unwrap();
     raw.write_all_at(&[0u8; 4096], 0).unwrap();
     drop(raw);
     let _m = f.mounted(&[]);
@@ -145,7 +152,9 @@ fn random_4k_reads_and_writes_and_truncates_match_a_model() {
     file.write_all_at(&model, 0).unwrap();
     let mut rng = 7u64;
     let mut next = |n: u64| {
-        rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        rng = rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (rng >> 33) % n
     };
     for i in 0..300 {
@@ -227,7 +236,11 @@ fn tampering_goes_unnoticed_as_documented_and_info_and_fsck_say_so() {
     let _m = f.mounted(&[]);
     let back = std::fs::read(f.mnt.join("doc")).unwrap();
     assert_eq!(back.len(), 10_000);
-    assert_ne!(back, pattern(10_000, 3), "the change went through, silently");
+    assert_ne!(
+        back,
+        pattern(10_000, 3),
+        "the change went through, silently"
+    );
     // Only the 16-byte XTS block that holds the flipped byte changed (and nothing else does).
     let want = pattern(10_000, 3);
     let differ: Vec<usize> = (0..10_000).filter(|&i| back[i] != want[i]).collect();
@@ -355,5 +368,9 @@ fn offline_cat_and_export_read_an_xts_volume() {
     assert_eq!(&v[..n], b"kept");
     let mut names = [0u8; 256];
     let n = rustix::fs::listxattr(dest.join("doc"), &mut names[..]).unwrap();
-    assert_eq!(&names[..n], b"user.note\0", "the header xattr is not exported");
+    assert_eq!(
+        &names[..n],
+        b"user.note\0",
+        "the header xattr is not exported"
+    );
 }

@@ -215,8 +215,8 @@ impl CloakFs {
             let mut out = Vec::with_capacity(n);
             let names = buf[..n].split(|&b| b == 0);
             let suite = self.volume.content().suite();
-            for stored in names
-                .filter(|s| !s.is_empty() && !is_lsm_label(s) && !suite.is_header_xattr(s))
+            for stored in
+                names.filter(|s| !s.is_empty() && !is_lsm_label(s) && !suite.is_header_xattr(s))
             {
                 match self.volume.meta().decrypt_xattr_name(stored) {
                     Ok(plain) => {

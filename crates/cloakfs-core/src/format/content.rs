@@ -408,7 +408,11 @@ impl FileCipher {
     fn seal_raw(&self, block: u64, nonce: &[u8], plain: &[u8], out: &mut [u8]) {
         let n = self.nonce_len;
         assert_eq!(nonce.len(), n, "nonce length");
-        assert_eq!(out.len(), plain.len() + self.overhead, "sealed block length");
+        assert_eq!(
+            out.len(),
+            plain.len() + self.overhead,
+            "sealed block length"
+        );
         if let Aead::Xts(k) = &self.aead {
             out.copy_from_slice(plain);
             k.encrypt(block, out);
@@ -615,7 +619,10 @@ mod tests {
         c.seal(0, &sealed.clone(), &mut sealed);
         assert_eq!(sealed, [0u8; 1]);
         assert_eq!(ContentSuite::Aes256Xts.overhead(), 0);
-        assert_eq!(codec(ContentSuite::Aes256Xts, false).layout().header_len(), 0);
+        assert_eq!(
+            codec(ContentSuite::Aes256Xts, false).layout().header_len(),
+            0
+        );
     }
 
     fn codec(suite: ContentSuite, strict: bool) -> ContentCodec {

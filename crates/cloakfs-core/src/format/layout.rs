@@ -171,10 +171,25 @@ mod tests {
     #[test]
     fn without_a_header_or_overhead_sizes_are_the_identity() {
         let xts = Layout::with_header(4096, 0, 0);
-        for size in [0u64, 1, 15, 16, 17, 4095, 4096, 4097, 4111, 4112, (1 << 20) + 5] {
+        for size in [
+            0u64,
+            1,
+            15,
+            16,
+            17,
+            4095,
+            4096,
+            4097,
+            4111,
+            4112,
+            (1 << 20) + 5,
+        ] {
             assert_eq!(xts.cipher_size(size), size);
             assert_eq!(xts.plain_size(size), Ok(size));
-            assert_eq!(xts.cipher_offset(xts.span(size, 1).first), size / 4096 * 4096);
+            assert_eq!(
+                xts.cipher_offset(xts.span(size, 1).first),
+                size / 4096 * 4096
+            );
         }
     }
 

@@ -812,7 +812,18 @@ pub(crate) mod tests {
 
     #[test]
     fn xts_backing_files_have_the_plaintext_size_and_reopen() {
-        let sizes = [1u64, 15, 16, 17, 4095, 4096, 4097, 4111, 4112, (1 << 20) + 5];
+        let sizes = [
+            1u64,
+            15,
+            16,
+            17,
+            4095,
+            4096,
+            4097,
+            4111,
+            4112,
+            (1 << 20) + 5,
+        ];
         for size in sizes {
             let (f, t) = new_suite_file(ContentSuite::Aes256Xts, false);
             let data: Vec<u8> = (0..size).map(|i| (i % 253) as u8 + 1).collect();
@@ -820,20 +831,17 @@ pub(crate) mod tests {
             assert_eq!(std::fs::metadata(t.path()).unwrap().len(), size);
             let backing = std::fs::read(t.path()).unwrap();
             assert_ne!(backing, data, "encrypted ({size})");
-            let g = ContentFile::open(
-                suite_codec(ContentSuite::Aes256Xts, false),
-                clone(&t),
-            )
-            .unwrap();
+            let g =
+                ContentFile::open(suite_codec(ContentSuite::Aes256Xts, false), clone(&t)).unwrap();
             assert_eq!(read_all(&g), data, "{size}");
             // The ID is in the xattr: without it the data cannot be read.
             rustix::fs::removexattr(t.path(), "user.cloakfs.id").unwrap();
-            let h = ContentFile::open(
-                suite_codec(ContentSuite::Aes256Xts, false),
-                clone(&t),
-            )
-            .unwrap();
-            assert!(matches!(h.read_at(0, &mut [0u8; 4]), Err(Error::Tampered(_))));
+            let h =
+                ContentFile::open(suite_codec(ContentSuite::Aes256Xts, false), clone(&t)).unwrap();
+            assert!(matches!(
+                h.read_at(0, &mut [0u8; 4]),
+                Err(Error::Tampered(_))
+            ));
         }
     }
     fn read_all(f: &ContentFile) -> Vec<u8> {

@@ -91,8 +91,8 @@ impl BlockReader {
                 "file header truncated ({backing_len} of {HEADER_LEN} bytes)"
             )));
         }
-        let cipher = crate::io::file_id::read(codec, &file, backing_len)?
-            .map(|id| codec.file_cipher(id));
+        let cipher =
+            crate::io::file_id::read(codec, &file, backing_len)?.map(|id| codec.file_cipher(id));
         Ok(Self {
             file,
             cipher,
