@@ -12,7 +12,7 @@
 //! (docs/FORMAT.md section 18).
 
 use crate::crypto::keys::{label, HkdfKey};
-use crate::crypto::locked::LockedBox;
+use crate::crypto::locked::{scrubbed, LockedBox};
 use crate::crypto::secret::SecretBytes;
 use crate::format::content::FileId;
 use aes::cipher::{KeyInit, KeyIvInit, StreamCipher};
@@ -79,9 +79,13 @@ impl XtsKey {
 }
 
 impl Keys {
+    /// The CTR key schedule is built on the stack for each short block (a last block under
+    /// 16 bytes, so rare): in a frame of its own that is wiped afterwards.
     fn short_keystream(&self, block: u64, data: &mut [u8]) {
-        let mut ctr = Ctr::new(self.short.expose().into(), &tweak(block).into());
-        ctr.apply_keystream(data);
+        scrubbed(|| {
+            let mut ctr = Ctr::new(self.short.expose().into(), &tweak(block).into());
+            ctr.apply_keystream(data);
+        })
     }
 }
 
