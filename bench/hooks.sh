@@ -34,6 +34,11 @@ mount_cloakfs() {
     DAEMON_PID=$!
 }
 
+# cloakfsxts: a size-preserving volume (init --cipher aes-256-xts, no integrity), mounted as
+# cloakfs is, to set XTS against the default AES-256-GCM in the same run.
+init_cloakfsxts() { CLOAKFS_INIT_OPTS="${CLOAKFS_INIT_OPTS:-} --cipher aes-256-xts" init_cloakfs "$@"; }
+mount_cloakfsxts() { mount_cloakfs "$@"; }
+
 # cloakfsd: the same volume served by the multi-user daemon as an attach (every request goes
 # through the authorization gate and per-thread credential switching, no writeback cache), to
 # price those checks against the single-user mount.  The daemon's tree lives next to MNT; the
@@ -99,7 +104,7 @@ _fsb_start_sampler() {
 }
 
 # Wrap every FUSE file system's mount function (peers.sh's and ours) with the sampler.
-for _fsb_fs in passthrough gocryptfs securefs encfs cryfs cloakfs cloakfsd ${FSB_MEM_EXTRA_FS:-}; do
+for _fsb_fs in passthrough gocryptfs securefs encfs cryfs cloakfs cloakfsxts cloakfsd ${FSB_MEM_EXTRA_FS:-}; do
     if declare -F "mount_$_fsb_fs" > /dev/null && ! declare -F "_fsb_orig_mount_$_fsb_fs" > /dev/null; then
         eval "$(declare -f "mount_$_fsb_fs" | sed "1s/^mount_$_fsb_fs /_fsb_orig_mount_$_fsb_fs /")"
         eval "mount_$_fsb_fs() { _fsb_orig_mount_$_fsb_fs \"\$@\"; _fsb_start_sampler \"\$1\"; }"

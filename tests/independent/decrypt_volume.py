@@ -45,6 +45,7 @@ import sys
 from argon2.low_level import Type, hash_secret_raw
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, AESGCMSIV, AESSIV, ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
@@ -213,7 +214,8 @@ class Config:
         self.volume = vol
         self.volume_id = unb64(field(vol, "volume_id", "volume"), "volume_id", 16)
         self.content_cipher = field(vol, "content_cipher", "volume")
-        if self.content_cipher not in ("aes-256-gcm", "xchacha20-poly1305", "aes-256-gcm-siv"):
+        if self.content_cipher not in ("aes-256-gcm", "xchacha20-poly1305", "aes-256-gcm-siv",
+                                       "aes-256-xts"):
             raise VolumeError(f"damaged config: unknown content cipher {self.content_cipher!r}")
         if field(vol, "name_cipher", "volume") != "aes-256-siv":
             raise VolumeError("damaged config: unknown name cipher")
@@ -225,6 +227,8 @@ class Config:
         if holes not in ("sparse", "strict"):
             raise VolumeError(f"damaged config: unknown holes mode {holes!r}")
         self.strict = holes == "strict"
+        if self.strict and self.content_cipher == "aes-256-xts":
+            raise VolumeError("damaged config: strict holes with aes-256-xts")
 
         self.slots = doc["slots"]
         ids = set()
@@ -549,6 +553,35 @@ def check_shares(config: Config, secrets: Secrets):
 # Sections 7-11: keys, contents, names, symlinks
 
 HEADER_LEN = 18
+XTS_HEADER_XATTR = "user.cloakfs.id"
+
+
+def xts_keys(k_content: bytes, file_id: bytes):
+    return (hkdf(k_content, None, b"cloakfs v1 xts-file" + file_id, 64),
+            hkdf(k_content, None, b"cloakfs v1 xts-short" + file_id, 32))
+
+
+def xts_unit(pair: bytes, short: bytes, n: int, unit: bytes, encrypt: bool) -> bytes:
+    """Block n of an aes-256-xts file (FORMAT.md section 20), either direction."""
+    tweak = n.to_bytes(16, "little")
+    if len(unit) < 16:
+        cipher = Cipher(algorithms.AES(short), modes.CTR(tweak))
+    else:
+        cipher = Cipher(algorithms.AES(pair), modes.XTS(tweak))
+    op = cipher.encryptor() if encrypt else cipher.decryptor()
+    return op.update(unit) + op.finalize()
+
+
+def xts_decrypt(k_content: bytes, file_id: bytes, bs: int, data: bytes) -> bytes:
+    pair, short = xts_keys(k_content, file_id)
+    out = bytearray()
+    for n, pos in enumerate(range(0, len(data), bs)):
+        unit = data[pos:pos + bs]
+        if len(unit) == bs and unit.count(0) == bs:
+            out += unit  # a hole
+        else:
+            out += xts_unit(pair, short, n, unit, encrypt=False)
+    return bytes(out)
 
 
 class Volume:
@@ -560,7 +593,8 @@ class Volume:
         self.k_names = sub(b"names", 64)
         self.k_xattr_names = sub(b"xattr-names", 64)
         self.k_metadata = sub(b"metadata", 32)
-        if c.content_cipher == "aes-256-gcm":
+        self.xts = c.content_cipher == "aes-256-xts"
+        if c.content_cipher in ("aes-256-gcm", "aes-256-xts"):
             self.nonce_len, self.aead = 12, AESGCM
         elif c.content_cipher == "aes-256-gcm-siv":
             self.nonce_len, self.aead = 12, AESGCMSIV
@@ -585,7 +619,9 @@ class Volume:
             raise VolumeError("last block truncated")
         return q * bs + r - o
 
-    def decrypt_file(self, data: bytes) -> bytes:
+    def decrypt_file(self, data: bytes, path: bytes) -> bytes:
+        if self.xts:
+            return self.decrypt_xts_file(data, path)
         size = self.plain_size(len(data))
         if len(data) == 0:
             return b""
@@ -613,6 +649,21 @@ class Volume:
             pos += plen + o
             block += 1
         return bytes(out)
+
+    # -- section 20 --
+    def decrypt_xts_file(self, data: bytes, path: bytes) -> bytes:
+        if len(data) == 0:
+            return b""
+        try:
+            header = os.getxattr(path, XTS_HEADER_XATTR, follow_symlinks=False)
+        except OSError:
+            raise VolumeError(f"file has data but no readable {XTS_HEADER_XATTR} xattr")
+        if len(header) != HEADER_LEN:
+            raise VolumeError(f"{XTS_HEADER_XATTR} is not {HEADER_LEN} bytes")
+        version = struct.unpack(">H", header[:2])[0]
+        if version != 1:
+            raise VolumeError(f"unsupported file header version {version}")
+        return xts_decrypt(self.k_content, header[2:], self.c.block_size, data)
 
     # -- section 9 --
     @staticmethod
@@ -731,7 +782,7 @@ def decrypt_dir(vol: Volume, backing: bytes, dir_id: bytes, out: bytes, counts: 
                 counts["symlinks"] += 1
             elif stat.S_ISREG(st.st_mode):
                 with open(path, "rb") as f:
-                    plain = vol.decrypt_file(f.read())
+                    plain = vol.decrypt_file(f.read(), path)
                 fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
                 with os.fdopen(fd, "wb") as f:
                     f.write(plain)
@@ -799,6 +850,7 @@ def self_test():
         "606162636465666768696a6b2a9f9cdf191536108f4948aeb363d077715f0b42f2c07fc6aabf61a0a3"
         "3b0cfd911692a18f0a"), got.hex()
     self_test_reverse(mk, vid, plain)
+    self_test_xts(k_content, fid, plain)
     k_xn = hkdf(mk, vid, b"cloakfs v1 xattr-names", 64)
     k_meta = hkdf(mk, vid, b"cloakfs v1 metadata", 32)
     stored = "user." + b64(AESSIV(k_xn).encrypt(b"comment", [b"xattr"]))
@@ -810,6 +862,24 @@ def self_test():
         "ca43837b0428f7"), val.hex()
     self_test_slots(seq, mk)
     print("decrypt_volume: self-test passed")
+
+
+def self_test_xts(k_content: bytes, fid: bytes, plain: bytes) -> None:
+    pair, short = xts_keys(k_content, fid)
+    assert pair.hex() == (
+        "4c2aeb86fc93341283f02c6904d479666312bb34bed09abb80367440861e8aaf8eac062f49921394d02f9cbb"
+        "f1e3b025b645b1929cec98b7ce10d8b72d356b17"), pair.hex()
+    assert short.hex() == "37d6d940c6ceafd14cc109f3e0299be0656bc5f67f98104170ba874a8273a353"
+    full = xts_unit(pair, short, 0, bytes(i % 251 for i in range(4096)), encrypt=True)
+    assert hashlib.sha256(full).hexdigest() == \
+        "99e94d028afb2c5ac4fbd813aea173d734425df00dfd3c152802ef8a21012bc9"
+    got = xts_unit(pair, short, 2, plain, encrypt=True)
+    assert got.hex() == "d6b8dd4ece15efe0b8a618fae80b924b25ad08b71cf3", got.hex()
+    got = xts_unit(pair, short, 1, b"tail\n", encrypt=True)
+    assert got.hex() == "deedc08a53", got.hex()
+    data = full + bytes(4096) + xts_unit(pair, short, 2, b"tail\n", encrypt=True)
+    assert xts_decrypt(k_content, fid, 4096, data) == \
+        bytes(i % 251 for i in range(4096)) + bytes(4096) + b"tail\n"
 
 
 def self_test_reverse(mk: bytes, vid: bytes, plain: bytes) -> None:

@@ -130,6 +130,20 @@ fn needles(volume: &Volume, file: FileId) -> Needles {
             .unwrap()
     });
     n.add("file key", file_key.expose());
+    let xts_key = |l: &str, key: &mut [u8]| {
+        scrubbed(|| {
+            Hkdf::<Sha256>::new(None, content.expose())
+                .expand_multi_info(&[INFO_PREFIX.as_bytes(), l.as_bytes(), &file.0], key)
+                .unwrap()
+        })
+    };
+    let mut pair = SecretBytes::<64>::zero();
+    xts_key(label::XTS_FILE, pair.expose_mut());
+    n.add("xts data key", pair.expose()[..32].try_into().unwrap());
+    n.add("xts tweak key", pair.expose()[32..].try_into().unwrap());
+    let mut short = SecretBytes::<32>::zero();
+    xts_key(label::XTS_SHORT, short.expose_mut());
+    n.add("xts short-block key", short.expose());
     n
 }
 
@@ -145,6 +159,12 @@ fn exercise(volume: &Volume, file: FileId) -> cloakfs_core::format::content::Fil
         let mut plain = [0u8; 100];
         cipher.open(0, &sealed, &mut plain).unwrap();
         assert_eq!(plain, [1u8; 100]);
+        // A short last block (AES-256-CTR in an XTS volume).
+        let mut sealed = vec![0u8; 5 + over];
+        cipher.seal(1, &[2u8; 5], &mut sealed);
+        let mut plain = [0u8; 5];
+        cipher.open(1, &sealed, &mut plain).unwrap();
+        assert_eq!(plain, [2u8; 5]);
         let meta = volume.meta();
         let link = meta.encrypt_symlink(b"../target").unwrap().backing_target();
         assert_eq!(meta.decrypt_symlink(link.as_bytes()).unwrap(), b"../target");
@@ -183,7 +203,11 @@ fn describe(n: &Needles, hits: &[memscan::Hit]) -> String {
 
 #[test]
 fn every_key_and_key_schedule_of_a_volume_is_on_locked_pages_and_gone_after_it() {
-    for suite in [ContentSuite::Aes256Gcm, ContentSuite::XChaCha20Poly1305] {
+    for suite in [
+        ContentSuite::Aes256Gcm,
+        ContentSuite::XChaCha20Poly1305,
+        ContentSuite::Aes256Xts,
+    ] {
         let tmp = tempfile::tempdir().unwrap();
         let pass = Passphrase::new(b"a passphrase".to_vec());
         let params = VolumeParams {
@@ -218,8 +242,17 @@ fn every_key_and_key_schedule_of_a_volume_is_on_locked_pages_and_gone_after_it()
         if aes_ni() {
             expected.extend(["names CMAC key", "xattr names CMAC key", "metadata key"]);
         }
-        if suite == ContentSuite::XChaCha20Poly1305 || aes_ni() {
+        if suite == ContentSuite::XChaCha20Poly1305
+            || (suite == ContentSuite::Aes256Gcm && aes_ni())
+        {
             expected.push("file key");
+        }
+        if suite == ContentSuite::Aes256Xts {
+            // Kept as bytes; the XTS pair lives only as AES schedules.
+            expected.push("xts short-block key");
+            if aes_ni() {
+                expected.extend(["xts data key", "xts tweak key"]);
+            }
         }
         for name in expected {
             assert!(found(name), "{suite:?}: {name} not found in memory at all");

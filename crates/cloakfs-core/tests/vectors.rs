@@ -110,6 +110,8 @@ const ARGON2: Argon2Params = Argon2Params {
 };
 const BLOCK_SIZE: u64 = 4096;
 const PARTIAL_PLAIN: &[u8] = b"cloakfs partial block\n";
+/// A last data unit too short for XTS (block 1 of a 4101-byte file): 5 bytes.
+const XTS_SHORT_PLAIN: &[u8] = b"tail\n";
 const SHORT_NAME: &[u8] = b"hello.txt";
 const SYMLINK_TARGET: &[u8] = b"sub/hello.txt";
 const XATTR_NAME: &[u8] = b"user.comment";
@@ -178,6 +180,12 @@ const EXPECTED: &[(&str, &str)] = &[
         "shared.block0",
         "606162636465666768696a6b4a96c30a3809b523166356e68cda7eda66abf239541896a31c657e51bff891fff22d812cac29",
     ),
+    ("key.xts-file", "4c2aeb86fc93341283f02c6904d479666312bb34bed09abb80367440861e8aaf8eac062f49921394d02f9cbbf1e3b025b645b1929cec98b7ce10d8b72d356b17"),
+    ("key.xts-short", "37d6d940c6ceafd14cc109f3e0299be0656bc5f67f98104170ba874a8273a353"),
+    ("xts.full.sha256", "99e94d028afb2c5ac4fbd813aea173d734425df00dfd3c152802ef8a21012bc9"),
+    ("xts.full.head", "45666cd775e5b6d6d55cc6b85ea1de788b666552da918a664485bd1ad3fce0dc"),
+    ("xts.partial", "d6b8dd4ece15efe0b8a618fae80b924b25ad08b71cf3"),
+    ("xts.short", "deedc08a53"),
     ("header", "0001f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff"),
     ("aad.block0", "f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff0000000000000000"),
     ("aad.block2", "f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff0000000000000002"),
@@ -524,6 +532,59 @@ fn content_vectors() {
         ("block.full.tag", hex(&full[full.len() - 16..])),
         ("block.partial.gcm", hex(&partial)),
         ("block.partial.xchacha", hex(&xpartial)),
+    ]);
+}
+
+/// The size-preserving suite (FORMAT.md section 20): its keys from HKDF directly, its short
+/// data units from one AES block of keystream computed here with the raw block cipher, and
+/// blocks that keep their length.
+#[test]
+fn xts_vectors() {
+    use aes::cipher::{BlockEncrypt, KeyInit as _};
+    let content = master_key().subkey::<32>(&volume_id(), label::CONTENT);
+    let info = [b"cloakfs v1 xts-file".as_slice(), &file_id().0].concat();
+    let pair = hkdf(content.expose(), None, &info, 64);
+    let info = [b"cloakfs v1 xts-short".as_slice(), &file_id().0].concat();
+    let short_key = hkdf(content.expose(), None, &info, 32);
+
+    let seal_xts = |block: u64, plain: &[u8]| seal(ContentSuite::Aes256Xts, block, &[], plain);
+    let full = seal_xts(0, &full_plain());
+    assert_eq!(full.len(), 4096);
+    let partial = seal_xts(2, PARTIAL_PLAIN);
+    assert_eq!(partial.len(), PARTIAL_PLAIN.len());
+    let short = seal_xts(1, XTS_SHORT_PLAIN);
+    // AES-256-CTR, initial counter block = u128le(1): the first keystream block is
+    // AES(K_xts-short, 01 00 .. 00).
+    let mut ks = [0u8; 16];
+    ks[0] = 1;
+    let mut ks = aes::Block::from(ks);
+    aes::Aes256::new_from_slice(&short_key)
+        .unwrap()
+        .encrypt_block(&mut ks);
+    let direct: Vec<u8> = XTS_SHORT_PLAIN.iter().zip(ks).map(|(p, k)| p ^ k).collect();
+    assert_eq!(short, direct);
+
+    let c = content_codec(ContentSuite::Aes256Xts).file_cipher(file_id());
+    for (block, sealed, plain) in [
+        (0, &full, full_plain()),
+        (2, &partial, PARTIAL_PLAIN.to_vec()),
+        (1, &short, XTS_SHORT_PLAIN.to_vec()),
+    ] {
+        let mut out = vec![0u8; plain.len()];
+        c.open(block, sealed, &mut out).unwrap();
+        assert_eq!(out, plain);
+    }
+    let mut out = vec![1u8; 4096];
+    c.open(0, &[0u8; 4096], &mut out).unwrap();
+    assert!(out.iter().all(|&b| b == 0), "all-zero sector is a hole");
+
+    check(&[
+        ("key.xts-file", hex(&pair)),
+        ("key.xts-short", hex(&short_key)),
+        ("xts.full.sha256", hex(&Sha256::digest(&full))),
+        ("xts.full.head", hex(&full[..32])),
+        ("xts.partial", hex(&partial)),
+        ("xts.short", hex(&short)),
     ]);
 }
 

@@ -322,7 +322,10 @@ impl CloakFs {
             let n = sized(buf, || backing.list_query(), |b| backing.list(b)).map_err(errno)?;
             let mut out = Vec::with_capacity(n);
             let names = buf[..n].split(|&b| b == 0);
-            for stored in names.filter(|s| !s.is_empty() && !is_lsm_label(s)) {
+            let suite = self.volume.content().suite();
+            for stored in
+                names.filter(|s| !s.is_empty() && !is_lsm_label(s) && !suite.is_header_xattr(s))
+            {
                 match self.volume.meta().decrypt_xattr_name(stored) {
                     // A directory's default recipients are reached through `share default`.
                     Ok(plain) if plain.starts_with(SHARE_PREFIX) => {}

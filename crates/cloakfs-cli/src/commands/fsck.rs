@@ -108,6 +108,9 @@ fn print_text(report: &Report, repair: bool) {
         println!("    backing: {}", p.backing.display());
     }
     let c = &report.counts;
+    if let Some(why) = &report.contents_unchecked {
+        println!("file contents cannot be checked: {why}");
+    }
     println!(
         "checked {} directories, {} files ({} bytes in {} blocks), {} symlinks, {} other, \
          {} xattrs, config with {} key slots: {}",

@@ -23,6 +23,9 @@ pub fn run(args: InfoArgs) -> Result<()> {
     println!("volume ID:       {}", b64(&p.volume_id));
     println!("format version:  {FORMAT_VERSION}");
     println!("content cipher:  {}", p.content.name());
+    if let Some(w) = p.content.integrity_warning() {
+        println!("integrity:       none: {w}");
+    }
     println!("name cipher:     aes-256-siv");
     println!("block size:      {} bytes", p.block_size);
     println!(

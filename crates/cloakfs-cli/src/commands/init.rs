@@ -25,7 +25,8 @@ pub struct InitArgs {
     pub no_stored_key: bool,
     /// Content cipher [default: aes-256-gcm; with --reverse: aes-256-gcm-siv, the only one
     /// it takes].
-    #[arg(long, value_parser = ["aes-256-gcm", "xchacha20-poly1305", "aes-256-gcm-siv"])]
+    /// aes-256-xts keeps every file at its plaintext size and offsets, with no integrity.
+    #[arg(long, value_parser = ["aes-256-gcm", "xchacha20-poly1305", "aes-256-gcm-siv", "aes-256-xts"])]
     pub cipher: Option<String>,
     /// Make the config of a reverse view of the plaintext directory DIR (read-only,
     /// deterministic, for backups; see `cloakfs reverse`): written to
@@ -65,11 +66,34 @@ pub fn run(args: InitArgs) -> Result<()> {
     }
     // Refuse before asking for a passphrase.
     precheck(&args.cipherdir)?;
+    check_file_system(&args)?;
     let pass = read_new_passphrase(&args.secret, "New passphrase: ")?;
     create(&args, &pass)
 }
 
+/// Whether the cipher directory's file system (or that of its nearest existing ancestor)
+/// holds what the content cipher needs: user xattrs for aes-256-xts.
+fn check_file_system(args: &InitArgs) -> Result<()> {
+    if let Some(dir) = args.cipherdir.ancestors().find(|d| d.is_dir()) {
+        cloakfs_core::io::header::check_dir(volume_params(args).content, dir)?;
+    }
+    Ok(())
+}
+
 fn check_options(args: &InitArgs) -> Result<()> {
+    let content = volume_params(args).content;
+    if !content.authenticated() && args.strict_holes {
+        return Err(Failure::usage(
+            "--strict-holes needs an authenticated cipher: aes-256-xts cannot tell an \
+             all-zero sector from tampering",
+        ));
+    }
+    if !content.authenticated() && args.sharing {
+        return Err(Failure::usage(
+            "--sharing needs an authenticated cipher: aes-256-xts cannot check a file's \
+             recipient list or its contents",
+        ));
+    }
     if !(LONG_NAME_MAX_MIN..=LONG_NAME_MAX_DEFAULT).contains(&args.long_name_max) {
         return Err(Failure::usage(format!(
             "--long-name-max must be {LONG_NAME_MAX_MIN}..{LONG_NAME_MAX_DEFAULT}"
@@ -116,6 +140,9 @@ pub fn create(args: &InitArgs, pass: &Passphrase) -> Result<()> {
         kdf.memory_kib / 1024,
         kdf.iterations
     );
+    if let Some(w) = params.content.integrity_warning() {
+        println!("Warning: {w}.");
+    }
     if args.no_stored_key {
         println!(
             "No stored key: the master key is derived from this passphrase alone. It cannot be \

@@ -145,8 +145,11 @@ pub(crate) fn check_before_unlock(
 ) -> Result<(PathBuf, PathBuf)> {
     let cipherdir = absolute_dir(cipherdir, "cipher directory")?;
     let mountpoint = absolute_dir(mountpoint, "mount point")?;
-    VolumeConfig::load(&cipherdir)?;
+    let config = VolumeConfig::load(&cipherdir)?;
     cloakfs_core::tools::rekey::check_not_rekeying(&cipherdir)?;
+    if !o.read_only {
+        cloakfs_core::io::header::check_dir(config.params.content, &cipherdir)?;
+    }
     if mountpoint.starts_with(&cipherdir) {
         return Err(Failure::usage(
             "the mount point may not lie inside the cipher directory",

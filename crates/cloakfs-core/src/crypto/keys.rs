@@ -29,6 +29,11 @@ pub mod label {
     pub const CONFIG_MAC: &str = "config-mac";
     /// Info prefix of a per-file key (followed by the 16-byte file ID).
     pub const FILE: &str = "file";
+    /// Info prefix of a file's 64-byte XTS-AES-256 key pair (followed by the file ID).
+    pub const XTS_FILE: &str = "xts-file";
+    /// Info prefix of a file's AES-256-CTR key for XTS data units shorter than one AES block
+    /// (followed by the file ID).
+    pub const XTS_SHORT: &str = "xts-short";
     /// HMAC-SHA256 key of a reverse view's derived IDs and nonces (docs/FORMAT.md section 17).
     pub const REVERSE: &str = "reverse";
     /// The master key's public fingerprint, which a machine remembers per volume (key pinning).

@@ -145,6 +145,12 @@ impl VolumeParams {
             )));
         }
         let strict_holes = match get(f, "holes")? {
+            "strict" if !content.authenticated() => {
+                return Err(Error::ConfigDamaged(format!(
+                    "strict holes with {} (which cannot detect tampering)",
+                    content.name()
+                )))
+            }
             "sparse" => false,
             "strict" => true,
             other => {
@@ -155,6 +161,12 @@ impl VolumeParams {
         };
         let file_keys = match f.get("file_keys").map(String::as_str) {
             None => FileKeys::Derived,
+            Some("age") if !content.authenticated() => {
+                return Err(Error::ConfigDamaged(format!(
+                    "file_keys \"age\" with {} (a sharing volume needs an authenticated cipher)",
+                    content.name()
+                )))
+            }
             Some("age") => FileKeys::Wrapped,
             Some(other) => {
                 return Err(Error::ConfigDamaged(format!(
@@ -566,6 +578,20 @@ mod tests {
         assert!(matches!(
             parsed.unlock_passphrase(&Passphrase::new(b"correct horse".to_vec())),
             Err(Error::ConfigTampered)
+        ));
+    }
+
+    #[test]
+    fn unauthenticated_content_with_wrapped_keys_is_refused() {
+        let mut p = VolumeParams::new();
+        p.content = crate::format::content::ContentSuite::Aes256Xts;
+        p.file_keys = FileKeys::Wrapped;
+        let mut c = VolumeConfig::new(p);
+        c.seal(&MasterKey::generate());
+        let json = c.to_json();
+        assert!(matches!(
+            VolumeConfig::parse(&json),
+            Err(Error::ConfigDamaged(m)) if m.contains("authenticated cipher")
         ));
     }
 

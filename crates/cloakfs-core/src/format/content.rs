@@ -14,7 +14,9 @@
 //! byte-identical to RustCrypto's `aes-gcm` (the docs/FORMAT.md vectors, and a unit test below).
 //! XChaCha20-Poly1305 is RustCrypto's `chacha20poly1305`; AES-256-GCM-SIV (`gcm_siv`) is
 //! RustCrypto's `aes-gcm-siv`, the one suite that may also seal with derived nonces
-//! ([`FileCipher::seal_derived`], for reverse views). Nonces come straight from the OS RNG;
+//! ([`FileCipher::seal_derived`], for reverse views). AES-256-XTS (`xts`) is the size-preserving
+//! suite: no nonce, no tag, no header in the file (the file ID is in an xattr of the backing
+//! file, `io::file_id`), and no integrity. Nonces come straight from the OS RNG;
 //! a request that seals many blocks draws all their nonces in one call
 //! ([`FileCipher::fresh_nonces`]), since one getrandom(2) per block costs a third of the
 //! AES-GCM time. Measurements are in docs/PERFORMANCE.md.
@@ -32,6 +34,7 @@ use chacha20poly1305::aead::{AeadInPlace, KeyInit};
 use chacha20poly1305::XChaCha20Poly1305;
 
 mod gcm_siv;
+mod xts;
 
 /// Version of the per-file header written by this build.
 pub const HEADER_VERSION: u16 = 1;
@@ -52,6 +55,18 @@ pub enum ContentSuite {
     /// AES-256-GCM-SIV (RFC 8452) with 96-bit nonces: random in a mount, derived in a reverse
     /// view (it is nonce-misuse resistant).
     Aes256GcmSiv,
+    /// AES-256-XTS (IEEE 1619): size-preserving, no integrity, header in an xattr.
+    Aes256Xts,
+}
+
+/// Where a file's header (version and file ID) is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeaderPlace {
+    /// The first `HEADER_LEN` bytes of the backing file.
+    InFile,
+    /// The value of the backing file's extended attribute `name`; the backing file holds
+    /// only blocks.
+    Xattr(&'static str),
 }
 
 impl ContentSuite {
@@ -61,6 +76,7 @@ impl ContentSuite {
             ContentSuite::Aes256Gcm => "aes-256-gcm",
             ContentSuite::XChaCha20Poly1305 => "xchacha20-poly1305",
             ContentSuite::Aes256GcmSiv => gcm_siv::NAME,
+            ContentSuite::Aes256Xts => xts::NAME,
         }
     }
 
@@ -70,6 +86,7 @@ impl ContentSuite {
             "aes-256-gcm" => Some(ContentSuite::Aes256Gcm),
             "xchacha20-poly1305" => Some(ContentSuite::XChaCha20Poly1305),
             gcm_siv::NAME => Some(ContentSuite::Aes256GcmSiv),
+            xts::NAME => Some(ContentSuite::Aes256Xts),
             _ => None,
         }
     }
@@ -80,12 +97,52 @@ impl ContentSuite {
             ContentSuite::Aes256Gcm => 12,
             ContentSuite::XChaCha20Poly1305 => 24,
             ContentSuite::Aes256GcmSiv => gcm_siv::NONCE_LEN,
+            ContentSuite::Aes256Xts => 0,
         }
     }
 
     /// Backing bytes added to each block.
     pub fn overhead(self) -> u64 {
-        (self.nonce_len() + TAG_LEN) as u64
+        if self.authenticated() {
+            (self.nonce_len() + TAG_LEN) as u64
+        } else {
+            0
+        }
+    }
+
+    /// Whether blocks carry a tag, so that a changed ciphertext is detected. False only for
+    /// AES-256-XTS, where it decrypts to different plaintext, silently.
+    pub fn authenticated(self) -> bool {
+        self != ContentSuite::Aes256Xts
+    }
+
+    /// For a suite without integrity, the one line that says so (init, info, fsck, README).
+    pub fn integrity_warning(self) -> Option<&'static str> {
+        (!self.authenticated()).then_some(
+            "aes-256-xts has no integrity: a changed ciphertext decrypts to different \
+             plaintext, silently (names stay authenticated)",
+        )
+    }
+
+    /// Whether backing xattr `name` is a file's header (not a user xattr to decrypt).
+    pub fn is_header_xattr(self, name: &[u8]) -> bool {
+        matches!(self.header_place(), HeaderPlace::Xattr(h) if h.as_bytes() == name)
+    }
+
+    /// Where each file's header is kept.
+    pub fn header_place(self) -> HeaderPlace {
+        match self {
+            ContentSuite::Aes256Xts => HeaderPlace::Xattr(xts::HEADER_XATTR),
+            _ => HeaderPlace::InFile,
+        }
+    }
+
+    /// Backing bytes of the header in front of the blocks.
+    pub fn header_len(self) -> u64 {
+        match self.header_place() {
+            HeaderPlace::InFile => HEADER_LEN,
+            HeaderPlace::Xattr(_) => 0,
+        }
     }
 }
 
@@ -165,7 +222,7 @@ impl ContentCodec {
     ) -> Self {
         Self {
             suite,
-            layout: Layout::new(block_size, suite.overhead()),
+            layout: Layout::with_header(block_size, suite.overhead(), suite.header_len()),
             strict_holes,
             keys: FileKeySource::Derived(DerivedKeys(HkdfKey::new(None, key.expose()))),
         }
@@ -295,11 +352,20 @@ impl ContentCodec {
                 XChaCha20Poly1305::new(key.expose().into())
             })),
             ContentSuite::Aes256GcmSiv => Aead::GcmSiv(gcm_siv::GcmSivKey::new(key.expose())),
+            ContentSuite::Aes256Xts => Aead::Xts(match &self.keys {
+                FileKeySource::Derived(k) => xts::XtsKey::new(&k.0, id),
+                // A config pairing XTS with wrapped keys is refused (sharing needs an
+                // authenticated cipher); were it not, the file key would key the file.
+                FileKeySource::Wrapped(_) => {
+                    xts::XtsKey::new(&HkdfKey::new(None, key.expose()), id)
+                }
+            }),
         };
         FileCipher {
             id,
             aead,
             nonce_len: self.suite.nonce_len(),
+            overhead: self.suite.overhead() as usize,
             full_block: self.layout.cipher_block_size() as usize,
             strict_holes: self.strict_holes,
         }
@@ -314,6 +380,7 @@ enum Aead {
     Gcm(GcmKey),
     XChaCha(LockedBox<XChaCha20Poly1305>),
     GcmSiv(gcm_siv::GcmSivKey),
+    Xts(xts::XtsKey),
 }
 
 /// A nonce drawn from the operating system's RNG for exactly one seal.
@@ -330,6 +397,10 @@ impl FreshNonce {
     /// are all zero.
     fn from_os(drawn: &[u8]) -> Self {
         let mut bytes = [0u8; MAX_NONCE_LEN];
+        if drawn.is_empty() {
+            // A suite without nonces (AES-256-XTS).
+            return Self { bytes, len: 0 };
+        }
         let n = &mut bytes[..drawn.len()];
         n.copy_from_slice(drawn);
         while n.iter().all(|&b| b == 0) {
@@ -358,6 +429,7 @@ pub struct FileCipher {
     id: FileId,
     aead: Aead,
     nonce_len: usize,
+    overhead: usize,
     full_block: usize,
     strict_holes: bool,
 }
@@ -389,6 +461,9 @@ impl FileCipher {
     pub fn fresh_nonces(&self, count: usize) -> Vec<FreshNonce> {
         if count == 0 {
             return Vec::new();
+        }
+        if self.nonce_len == 0 {
+            return (0..count).map(|_| FreshNonce::from_os(&[])).collect();
         }
         let mut drawn = vec![0u8; count * self.nonce_len];
         crate::crypto::random::fill(&mut drawn);
@@ -443,7 +518,16 @@ impl FileCipher {
     fn seal_raw(&self, block: u64, nonce: &[u8], plain: &[u8], out: &mut [u8]) {
         let n = self.nonce_len;
         assert_eq!(nonce.len(), n, "nonce length");
-        assert_eq!(out.len(), plain.len() + n + TAG_LEN, "sealed block length");
+        assert_eq!(
+            out.len(),
+            plain.len() + self.overhead,
+            "sealed block length"
+        );
+        if let Aead::Xts(k) = &self.aead {
+            out.copy_from_slice(plain);
+            k.encrypt(block, out);
+            return;
+        }
         let aad = self.aad(block);
         out[..n].copy_from_slice(nonce);
         let (body, tag_out) = out[n..].split_at_mut(plain.len());
@@ -460,6 +544,7 @@ impl FileCipher {
                 tag_out.copy_from_slice(&tag);
             }
             Aead::GcmSiv(c) => tag_out.copy_from_slice(&c.seal_in_place(nonce, &aad, body)),
+            Aead::Xts(_) => unreachable!("sealed above"),
         }
     }
 
@@ -468,7 +553,7 @@ impl FileCipher {
     /// A short (last) block is never a hole: writers always seal it.
     pub fn open(&self, block: u64, sealed: &[u8], out: &mut [u8]) -> Result<()> {
         let n = self.nonce_len;
-        if sealed.len() <= n + TAG_LEN || out.len() != sealed.len() - n - TAG_LEN {
+        if sealed.len() <= self.overhead || out.len() != sealed.len() - self.overhead {
             return Err(Error::Tampered(format!("block {block} truncated")));
         }
         if self.is_hole(block, sealed)? {
@@ -486,10 +571,10 @@ impl FileCipher {
     pub fn open_within(&self, block: u64, in_out: &mut [u8], src: usize) -> Result<usize> {
         let n = self.nonce_len;
         let sealed = in_out.get(src..).unwrap_or_default();
-        if sealed.len() <= n + TAG_LEN {
+        if sealed.len() <= self.overhead {
             return Err(Error::Tampered(format!("block {block} truncated")));
         }
-        let len = sealed.len() - n - TAG_LEN;
+        let len = sealed.len() - self.overhead;
         if self.is_hole(block, sealed)? {
             in_out[..len].fill(0);
             return Ok(len);
@@ -497,9 +582,11 @@ impl FileCipher {
         // Copied out: the plaintext will overwrite them.
         let mut nonce = [0u8; MAX_NONCE_LEN];
         nonce[..n].copy_from_slice(&sealed[..n]);
-        let tag: [u8; TAG_LEN] = sealed[n + len..].try_into().expect("tag length");
+        let mut tag = [0u8; TAG_LEN];
+        let tag = &mut tag[..self.overhead - n];
+        tag.copy_from_slice(&sealed[n + len..]);
         let in_out = &mut in_out[..src + n + len];
-        self.decrypt(block, &nonce[..n], &tag, in_out, src + n)?;
+        self.decrypt(block, &nonce[..n], tag, in_out, src + n)?;
         Ok(len)
     }
 
@@ -508,6 +595,11 @@ impl FileCipher {
     fn is_hole(&self, block: u64, sealed: &[u8]) -> Result<bool> {
         let n = self.nonce_len;
         if !(sealed[..n].iter().all(|&b| b == 0) && sealed.iter().all(|&b| b == 0)) {
+            return Ok(false);
+        }
+        if self.overhead == 0 && sealed.len() != self.full_block {
+            // Without a tag nothing marks tampering: a short all-zero block is a ciphertext
+            // like any other (a 1-byte tail is all zeros one time in 256).
             return Ok(false);
         }
         if self.strict_holes || sealed.len() != self.full_block {
@@ -528,8 +620,15 @@ impl FileCipher {
         in_out: &mut [u8],
         src: usize,
     ) -> Result<()> {
-        let aad = self.aad(block);
         let len = in_out.len() - src;
+        if let Aead::Xts(k) = &self.aead {
+            if src > 0 {
+                in_out.copy_within(src.., 0);
+            }
+            k.decrypt(block, &mut in_out[..len]);
+            return Ok(());
+        }
+        let aad = self.aad(block);
         let ok = match &self.aead {
             Aead::Gcm(c) => c.open_within(
                 nonce.try_into().expect("12-byte nonce"),
@@ -551,6 +650,7 @@ impl FileCipher {
                 }
                 c.open_in_place(nonce, &aad, &mut in_out[..len], tag)
             }
+            Aead::Xts(_) => unreachable!("decrypted above"),
         };
         // On failure the output may hold unauthenticated plaintext: never hand it out.
         ok.map_err(|()| {
@@ -591,6 +691,47 @@ mod tests {
         assert!(
             c.open(1, &a, &mut out).is_err(),
             "bound to the block number"
+        );
+    }
+
+    #[test]
+    fn xts_preserves_sizes_and_round_trips_every_length() {
+        let c = codec(ContentSuite::Aes256Xts, false).file_cipher(FileId([3; 16]));
+        for len in [1usize, 2, 15, 16, 17, 31, 32, 100, 4095, 4096] {
+            let plain: Vec<u8> = (0..len).map(|i| (i * 7 + 1) as u8).collect();
+            let mut sealed = vec![0u8; len];
+            c.seal(5, &plain, &mut sealed);
+            assert_ne!(sealed, plain, "length {len}");
+            let mut again = vec![0u8; len];
+            c.seal(5, &plain, &mut again);
+            assert_eq!(again, sealed, "deterministic per block, length {len}");
+            c.seal(6, &plain, &mut again);
+            assert_ne!(again, sealed, "the tweak is the block number, length {len}");
+            let mut out = vec![0u8; len];
+            c.open(5, &sealed, &mut out).unwrap();
+            assert_eq!(out, plain, "length {len}");
+            // No integrity: a flipped bit opens, to other plaintext.
+            sealed[0] ^= 1;
+            c.open(5, &sealed, &mut out).unwrap();
+            assert_ne!(out, plain, "length {len}");
+            let mut in_out = [vec![0xEE; 3], sealed.clone()].concat();
+            sealed[0] ^= 1;
+            in_out[3] ^= 1;
+            assert_eq!(c.open_within(5, &mut in_out, 3).unwrap(), len);
+            assert_eq!(in_out[..len], plain[..], "length {len}");
+        }
+        // A full all-zero block is a hole; a short one is a ciphertext like any other.
+        let mut out = vec![1u8; 4096];
+        c.open(0, &[0u8; 4096], &mut out).unwrap();
+        assert!(out.iter().all(|&b| b == 0));
+        let mut sealed = [0u8; 1];
+        c.open(0, &[0u8; 1], &mut sealed).unwrap();
+        c.seal(0, &sealed.clone(), &mut sealed);
+        assert_eq!(sealed, [0u8; 1]);
+        assert_eq!(ContentSuite::Aes256Xts.overhead(), 0);
+        assert_eq!(
+            codec(ContentSuite::Aes256Xts, false).layout().header_len(),
+            0
         );
     }
 

@@ -2,7 +2,8 @@
 //!
 //! A non-empty backing file is `header || block_0 || block_1 || ...`. Every block but the last
 //! holds `block_size` plaintext bytes and occupies `block_size + overhead` backing bytes; the last
-//! may be shorter. An empty plaintext file is an empty backing file (no header).
+//! may be shorter. An empty plaintext file is an empty backing file (no header). A suite that
+//! keeps the header elsewhere (AES-256-XTS: an xattr) has a header length of 0 here.
 
 /// Length of the per-file header whose key is derived from the volume key: 2-byte big-endian
 /// version, 16-byte file ID. Files whose key is wrapped to recipients have a longer header
@@ -37,11 +38,18 @@ pub struct BlockSpan {
 
 impl Layout {
     /// A layout with `block_size` plaintext bytes per block and `overhead` extra bytes per block.
+    /// The header is the in-file one of `HEADER_LEN` bytes.
     pub const fn new(block_size: u64, overhead: u64) -> Self {
+        Self::with_header(block_size, overhead, HEADER_LEN)
+    }
+
+    /// A layout whose blocks follow `header_len` bytes of header (0 where the header is kept
+    /// outside the backing file's data).
+    pub const fn with_header(block_size: u64, overhead: u64, header_len: u64) -> Self {
         Self {
             block: block_size,
             overhead,
-            header: HEADER_LEN,
+            header: header_len,
         }
     }
 
@@ -53,7 +61,7 @@ impl Layout {
         }
     }
 
-    /// Bytes before block 0.
+    /// Backing bytes in front of the first block.
     pub const fn header_len(&self) -> u64 {
         self.header
     }
@@ -173,6 +181,31 @@ mod tests {
         assert_eq!(shared.plain_size(4096), Ok(0));
         assert_eq!(shared.plain_size(4095), Err(LayoutError::TruncatedHeader));
         assert_eq!(shared.cipher_offset(1), 4096 + 4124);
+    }
+
+    #[test]
+    fn without_a_header_or_overhead_sizes_are_the_identity() {
+        let xts = Layout::with_header(4096, 0, 0);
+        for size in [
+            0u64,
+            1,
+            15,
+            16,
+            17,
+            4095,
+            4096,
+            4097,
+            4111,
+            4112,
+            (1 << 20) + 5,
+        ] {
+            assert_eq!(xts.cipher_size(size), size);
+            assert_eq!(xts.plain_size(size), Ok(size));
+            assert_eq!(
+                xts.cipher_offset(xts.span(size, 1).first),
+                size / 4096 * 4096
+            );
+        }
     }
 
     proptest! {

@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::format::content::{ContentCodec, FileCipher, FileId, FreshNonce};
 use crate::format::filekey::FileKeySource;
 use crate::format::layout::Layout;
+use crate::io::header;
 use crate::io::shared::{Hold, Sharing};
 use crate::io::stream::{self, Batches};
 use rayon::prelude::*;
@@ -169,13 +170,7 @@ impl ContentFile {
             return Ok(());
         }
         let len = self.file.metadata()?.len();
-        if len > 0 {
-            let header_len = self.layout().header_len();
-            if len < header_len {
-                return Err(tampered("file header truncated".into()));
-            }
-            let mut h = vec![0u8; header_len as usize];
-            self.file.read_exact_at(&mut h, 0)?;
+        if let Some(h) = header::read(&self.codec, &self.file, len)? {
             let opened = self.codec.open_header(&h)?;
             st.cipher = Some(opened.cipher);
             st.recipients = opened.recipients;
@@ -701,11 +696,13 @@ impl ContentFile {
             st.id_owned = true;
             return Ok(None);
         }
-        let (header, opened) = self.codec.fresh_header(&st.recipients)?;
+        let (bytes, opened) = self.codec.fresh_header(&st.recipients)?;
+        // The header's in-file bytes (none where the suite keeps it in an xattr, written here).
+        let bytes = header::place(&self.codec, &self.file, bytes)?;
         st.cipher = Some(opened.cipher);
         st.recipients = opened.recipients;
         st.id_owned = true;
-        Ok(Some(header))
+        Ok(Some(bytes))
     }
 
     /// Whether the file has a sealed (non-hole) block, after opening the first one: that
@@ -921,8 +918,12 @@ pub(crate) mod tests {
     use proptest::prelude::*;
 
     fn codec(strict: bool) -> Arc<ContentCodec> {
+        suite_codec(ContentSuite::Aes256Gcm, strict)
+    }
+
+    fn suite_codec(suite: ContentSuite, strict: bool) -> Arc<ContentCodec> {
         Arc::new(ContentCodec::new(
-            ContentSuite::Aes256Gcm,
+            suite,
             4096,
             strict,
             SecretBytes::from_slice(&[9; 32]),
@@ -930,15 +931,53 @@ pub(crate) mod tests {
     }
 
     fn new_file(strict: bool) -> (ContentFile, tempfile::NamedTempFile) {
+        new_suite_file(ContentSuite::Aes256Gcm, strict)
+    }
+
+    fn new_suite_file(suite: ContentSuite, strict: bool) -> (ContentFile, tempfile::NamedTempFile) {
         let t = tempfile::NamedTempFile::new().unwrap();
         let f = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .open(t.path())
             .unwrap();
-        (ContentFile::open(codec(strict), f).unwrap(), t)
+        (ContentFile::open(suite_codec(suite, strict), f).unwrap(), t)
     }
 
+    #[test]
+    fn xts_backing_files_have_the_plaintext_size_and_reopen() {
+        let sizes = [
+            1u64,
+            15,
+            16,
+            17,
+            4095,
+            4096,
+            4097,
+            4111,
+            4112,
+            (1 << 20) + 5,
+        ];
+        for size in sizes {
+            let (f, t) = new_suite_file(ContentSuite::Aes256Xts, false);
+            let data: Vec<u8> = (0..size).map(|i| (i % 253) as u8 + 1).collect();
+            f.write_at(0, &data).unwrap();
+            assert_eq!(std::fs::metadata(t.path()).unwrap().len(), size);
+            let backing = std::fs::read(t.path()).unwrap();
+            assert_ne!(backing, data, "encrypted ({size})");
+            let g =
+                ContentFile::open(suite_codec(ContentSuite::Aes256Xts, false), clone(&t)).unwrap();
+            assert_eq!(read_all(&g), data, "{size}");
+            // The ID is in the xattr: without it the data cannot be read.
+            rustix::fs::removexattr(t.path(), "user.cloakfs.id").unwrap();
+            let h =
+                ContentFile::open(suite_codec(ContentSuite::Aes256Xts, false), clone(&t)).unwrap();
+            assert!(matches!(
+                h.read_at(0, &mut [0u8; 4]),
+                Err(Error::Tampered(_))
+            ));
+        }
+    }
     fn read_all(f: &ContentFile) -> Vec<u8> {
         let mut v = vec![0u8; f.size() as usize + 10];
         let n = f.read_at(0, &mut v).unwrap();
@@ -1263,8 +1302,12 @@ pub(crate) mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(48))]
         #[test]
-        fn matches_reference(ops in proptest::collection::vec(op(), 1..25), strict in any::<bool>()) {
-            let (f, _t) = new_file(strict);
+        fn matches_reference(ops in proptest::collection::vec(op(), 1..25), strict in any::<bool>(), xts in any::<bool>()) {
+            let (f, t) = if xts {
+                new_suite_file(ContentSuite::Aes256Xts, false)
+            } else {
+                new_file(strict)
+            };
             let mut reference: Vec<u8> = Vec::new();
             for op in ops {
                 match op {
@@ -1287,6 +1330,9 @@ pub(crate) mod tests {
                     }
                 }
                 prop_assert_eq!(f.size(), reference.len() as u64);
+                if xts {
+                    prop_assert_eq!(std::fs::metadata(t.path()).unwrap().len(), f.size());
+                }
             }
             prop_assert_eq!(read_all(&f), reference);
         }

@@ -2,6 +2,7 @@
 //! backing entries.
 
 pub mod file;
+pub mod header;
 pub mod long_targets;
 pub mod reverse;
 pub mod shared;

@@ -92,13 +92,9 @@ impl BlockReader {
                 layout.header_len()
             )));
         }
-        let cipher = if backing_len == 0 {
-            None
-        } else {
-            let mut h = vec![0u8; layout.header_len() as usize];
-            file.read_exact_at(&mut h, 0)?;
-            Some(codec.open_header(&h)?.cipher)
-        };
+        let cipher = crate::io::header::read(codec, &file, backing_len)?
+            .map(|h| codec.open_header(&h).map(|o| o.cipher))
+            .transpose()?;
         Ok(Self {
             file,
             cipher,

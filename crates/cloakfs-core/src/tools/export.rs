@@ -352,7 +352,11 @@ impl Exporter<'_> {
         let Ok(names) = crate::io::xattrs::list(backing) else {
             return;
         };
-        for stored in names.iter().filter(|n| crate::io::xattrs::is_user(n)) {
+        let suite = self.volume.content().suite();
+        for stored in names
+            .iter()
+            .filter(|n| crate::io::xattrs::is_user(n) && !suite.is_header_xattr(n))
+        {
             let meta = self.volume.meta();
             let (Ok(name), Ok(value)) = (
                 meta.decrypt_xattr_name(stored),

@@ -405,6 +405,13 @@ pub fn start(
     }
     let _lock = lock_volume(cipherdir)?;
     check_not_rekeying(cipherdir)?;
+    if volume.content().suite().header_len() == 0 {
+        return Err(Error::Refused(format!(
+            "rekey does not handle {} volumes yet (their file IDs are in xattrs): copy the \
+             files into a new volume instead",
+            volume.content().suite().name()
+        )));
+    }
     if config_path(cipherdir).parent() != Some(cipherdir) {
         return Err(Error::Refused(
             "rekey needs the config inside the cipher directory".into(),
