@@ -63,6 +63,7 @@ pub fn params(suite: ContentSuite, block_size: u64, strict_holes: bool) -> Volum
         block_size,
         long_name_max: LONG_NAME_MAX_DEFAULT,
         strict_holes,
+        adopted: false,
     }
 }
 

@@ -132,6 +132,7 @@ fn params() -> VolumeParams {
         block_size: BLOCK_SIZE,
         long_name_max: 255,
         strict_holes: false,
+        adopted: false,
     }
 }
 

@@ -52,6 +52,8 @@ pub(crate) struct CloakFs {
     pub(crate) syncer: Syncer,
     /// Whether the kernel may take the writeback cache (see `ops::WriteCache`).
     pub(crate) writeback_cache: bool,
+    /// Open plaintext files of an adopted tree.
+    pub(crate) plain: crate::plain::PlainFiles,
 }
 
 impl CloakFs {
@@ -117,6 +119,7 @@ impl CloakFs {
             local_opens,
             syncer: Syncer::new(),
             writeback_cache: false,
+            plain: Default::default(),
         })
     }
 
@@ -209,10 +212,12 @@ impl CloakFs {
     /// The attributes of `inode`, whose backing object is described by `m`.
     pub(crate) fn attr_of(&self, inode: &Inode, m: &Meta) -> FileAttr {
         let size = match inode.kind {
+            Kind::File if inode.is_plain() => m.size,
             Kind::File => match inode.current() {
                 Some(f) => f.size(),
                 None => self.codec.layout().plain_size_lenient(m.size),
             },
+            Kind::Symlink if inode.is_plain() => m.size,
             Kind::Symlink => *inode
                 .symlink_len
                 .get_or_init(|| self.symlink_len(inode.fd())),

@@ -32,6 +32,7 @@ mod file;
 mod fs;
 mod inode;
 mod ops;
+mod plain;
 mod prune;
 mod readdir;
 mod reverse;

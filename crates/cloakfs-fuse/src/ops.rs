@@ -116,14 +116,32 @@ pub(crate) fn negotiate_except(config: &mut KernelConfig, cache: WriteCache, exc
 
 impl Filesystem for CloakFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let writeback = self.writeback_cache && !self.read_only;
         negotiate(
             config,
-            if self.writeback_cache && !self.read_only {
+            if writeback {
                 WriteCache::Writeback
             } else {
                 WriteCache::WriteThrough
             },
         );
+        if self.adopted() {
+            // The kernel refuses passthrough opens on a writeback-cached mount.
+            let offered = config.capabilities().contains(InitFlags::FUSE_PASSTHROUGH);
+            let on = offered
+                && !writeback
+                && config.set_max_stack_depth(1).is_ok()
+                && config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok();
+            self.plain
+                .passthrough
+                .store(on, std::sync::atomic::Ordering::Relaxed);
+            if !on {
+                tracing::info!(
+                    "FUSE passthrough not available (kernel offers it: {offered}, writeback \
+                     cache: {writeback}): plaintext files are served through the daemon"
+                );
+            }
+        }
         Ok(())
     }
 
@@ -263,9 +281,10 @@ impl Filesystem for CloakFs {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let fh = self.new_fh();
-        match self.do_open(req, ino, flags.0) {
+        match self.do_open(req, ino, fh, flags.0) {
             Ok(()) => {
-                if let Ok(inode) = self.node(ino) {
+                let inode = self.node(ino).ok();
+                if let Some(inode) = &inode {
                     inode.opened(fh);
                 }
                 // A handle that cannot write has nothing to report at close: no FLUSH for it
@@ -275,7 +294,18 @@ impl Filesystem for CloakFs {
                 } else {
                     OPEN_FLAGS | FopenFlags::FOPEN_NOFLUSH
                 };
-                reply.opened(FileHandle(fh), flags)
+                let passthrough = inode
+                    .filter(|i| i.is_plain())
+                    .and_then(|i| self.passthrough_for(&i, fh, |f| reply.open_backing(f)));
+                match passthrough {
+                    // The kernel refuses passthrough with any flag but these.
+                    Some(id) => reply.opened_passthrough(
+                        FileHandle(fh),
+                        flags & (FopenFlags::FOPEN_NOFLUSH | FopenFlags::FOPEN_DIRECT_IO),
+                        &id,
+                    ),
+                    None => reply.opened(FileHandle(fh), flags),
+                }
             }
             Err(e) => reply.error(e),
         }
@@ -285,13 +315,20 @@ impl Filesystem for CloakFs {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         size: u32,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        if let Some(h) = self.plain.get(fh.0) {
+            let mut buf = vec![0u8; size as usize];
+            return match rustix::io::pread(&h.file, &mut buf, offset) {
+                Ok(n) => reply.data(&buf[..n]),
+                Err(e) => reply.error(crate::sys::errno(e)),
+            };
+        }
         self.do_read(ino, offset, size, reply);
     }
 
@@ -299,7 +336,7 @@ impl Filesystem for CloakFs {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         data: &[u8],
         write_flags: WriteFlags,
@@ -311,6 +348,15 @@ impl Filesystem for CloakFs {
             Ok(i) => i,
             Err(e) => return reply.error(e),
         };
+        if let Some(h) = self.plain.get(fh.0) {
+            let r = self.writable().and_then(|()| {
+                rustix::io::pwrite(&h.file, data, offset).map_err(crate::sys::errno)
+            });
+            return match r {
+                Ok(n) => reply.written(n as u32),
+                Err(e) => reply.error(e),
+            };
+        }
         let r = self.writable().and_then(|()| {
             self.check_size(offset, data.len() as u64)?;
             if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
@@ -361,7 +407,9 @@ impl Filesystem for CloakFs {
     ) {
         if let Some(inode) = self.inodes.get(ino.0) {
             inode.closed(fh.0);
-            inode.release();
+            if self.plain.remove(fh.0).is_none() {
+                inode.release();
+            }
         }
         reply.ok();
     }
@@ -374,6 +422,14 @@ impl Filesystem for CloakFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
+        if let Some(h) = self.plain.get(fh.0) {
+            let r = if datasync {
+                rustix::fs::fdatasync(&h.file)
+            } else {
+                rustix::fs::fsync(&h.file)
+            };
+            return reply_empty(reply, r.map_err(crate::sys::errno));
+        }
         let r = self.syncer.drain().and_then(|()| {
             let inode = self.node(ino)?;
             let mut synced = Ok(());

@@ -34,6 +34,11 @@ pub struct InitArgs {
     /// With --reverse: where to write the config instead of DIR/.cloakfs.reverse.conf.
     #[arg(long, value_name = "FILE", requires = "reverse")]
     pub config: Option<PathBuf>,
+    /// Adopt the existing plaintext tree in the directory: its files stay plaintext, served as
+    /// they are (kernel FUSE passthrough where it can), everything created through the mount
+    /// is encrypted, and `cloakfs encrypt` converts files in place.
+    #[arg(long, conflicts_with_all = ["reverse"])]
+    pub adopt: bool,
     /// Treat all-zero blocks as tampering instead of holes (sparse files then take space).
     #[arg(long)]
     pub strict_holes: bool,
@@ -70,11 +75,17 @@ pub fn run(args: InitArgs) -> Result<()> {
     });
     params.strict_holes = args.strict_holes;
     params.long_name_max = args.long_name_max;
+    params.adopted = args.adopt;
     if args.reverse {
         return run_reverse(&args, params);
     }
     // Refuse before asking for a passphrase.
-    precheck(&args.cipherdir)?;
+    if args.adopt {
+        cloakfs_core::volume::check_adoptable(&args.cipherdir)
+            .map_err(|e| Failure::usage(format!("cannot adopt: {e}")))?;
+    } else {
+        precheck(&args.cipherdir)?;
+    }
     let pass = read_new_passphrase(&args.secret, "New passphrase: ")?;
     let kdf = kdf_params(&args)?;
     let volume = if args.no_stored_key {
@@ -96,6 +107,12 @@ pub fn run(args: InitArgs) -> Result<()> {
             "No stored key: the master key is derived from this passphrase alone. It cannot be \
              changed (cloakfs passwd) and no other key slot can be added; a weak passphrase is \
              the whole key."
+        );
+    }
+    if args.adopt {
+        println!(
+            "Adopted the plaintext tree: its files stay plaintext until `cloakfs encrypt`; new \
+             files are encrypted. Old plaintext may remain on the disk's free blocks."
         );
     }
     remember(&args.cipherdir, &params, &fp);
