@@ -19,6 +19,8 @@ pub enum Command {
     /// Mount a read-only, deterministic encrypted view of a plaintext directory (for
     /// backups; its copy mounts as an ordinary volume). Make its config with init --reverse.
     Reverse(crate::commands::reverse::ReverseArgs),
+    /// Encrypt plaintext files of an adopted tree in place, through its mount (resumable).
+    Encrypt(crate::commands::encrypt::EncryptArgs),
     /// Unmount a plaintext view (flushes everything first).
     #[command(alias = "umount")]
     Unmount(crate::commands::unmount::UnmountArgs),

@@ -18,9 +18,9 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 const SUBCOMMANDS: &[&str] = &[
-    "init", "mount", "reverse", "unmount", "umount", "info", "known", "passwd", "slots", "cat",
-    "name", "fsck", "export", "rekey", "daemon", "attach", "detach", "status", "authz", "auth",
-    "sessions", "revoke", "help",
+    "init", "mount", "reverse", "unmount", "encrypt", "umount", "info", "known", "passwd", "slots",
+    "cat", "name", "fsck", "export", "rekey", "daemon", "attach", "detach", "status", "authz",
+    "auth", "sessions", "revoke", "help",
 ];
 
 /// mount(8) runs `mount.cloakfs CIPHERDIR MOUNTPOINT -o OPTS` and mount.fuse3 runs
@@ -68,6 +68,7 @@ fn main() -> ExitCode {
         Command::Mount(a) => commands::mount::run(a),
         Command::Reverse(a) => commands::reverse::run(a),
         Command::Unmount(a) => commands::unmount::run(a),
+        Command::Encrypt(a) => commands::encrypt::run(a),
         Command::Info(a) => commands::info::run(a),
         Command::Known(a) => commands::known::run(a),
         Command::Passwd(a) => commands::passwd::run(a),
@@ -117,6 +118,7 @@ fn reads_secret(command: &Command) -> bool {
         | Command::Known(commands::known::KnownCommand::Accept(_)) => true,
         Command::Known(_)
         | Command::Unmount(_)
+        | Command::Encrypt(_)
         | Command::Info(_)
         | Command::Detach(_)
         | Command::Status(_)

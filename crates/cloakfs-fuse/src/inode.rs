@@ -115,6 +115,11 @@ impl Inode {
         }
     }
 
+    /// Whether any open handle has the node.
+    pub(crate) fn has_handles(&self) -> bool {
+        !self.state().handles.is_empty()
+    }
+
     /// Marks the node as a plaintext entry of an adopted tree.
     pub(crate) fn mark_plain(&self) {
         self.plain.store(true, Ordering::Relaxed);

@@ -85,6 +85,8 @@ pub(crate) fn negotiate_except(config: &mut KernelConfig, cache: WriteCache, exc
         | InitFlags::FUSE_ATOMIC_O_TRUNC
         | InitFlags::FUSE_ASYNC_DIO
         | InitFlags::FUSE_CACHE_SYMLINKS
+        // ioctls on directories: `cloakfs encrypt` (ENCRYPT_IOCTL).
+        | InitFlags::FUSE_HAS_IOCTL_DIR
         | READDIRPLUS
         // We clear setuid/setgid where the kernel tells us to (see `kill_suidgid`); the
         // backing file system drops security.capability on our own writes, truncates and
@@ -508,20 +510,31 @@ impl Filesystem for CloakFs {
         reply_empty(reply, r);
     }
 
-    /// No ioctl is meaningful on the plaintext view. ENOTTY is what a regular file answers
-    /// (Python's open() asks TCGETS on every file), without fuser's warning per request.
+    /// `cloakfs encrypt` (ENCRYPT_IOCTL on a directory, the entry's name as its argument)
+    /// is the only ioctl. ENOTTY is what a regular file answers to others (Python's open()
+    /// asks TCGETS on every file), without fuser's warning per request.
     fn ioctl(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _flags: IoctlFlags,
-        _cmd: u32,
-        _in_data: &[u8],
+        cmd: u32,
+        in_data: &[u8],
         _out_size: u32,
         reply: ReplyIoctl,
     ) {
-        reply.error(Errno::ENOTTY);
+        if cmd != crate::ENCRYPT_IOCTL {
+            return reply.error(Errno::ENOTTY);
+        }
+        let name = in_data.split(|&b| b == 0).next().unwrap_or_default();
+        let r = self.node(ino).and_then(|dir| {
+            self.encrypt_in_place(&dir, std::os::unix::ffi::OsStrExt::from_bytes(name))
+        });
+        match r {
+            Ok(done) => reply.ioctl(done as i32, &[]),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

@@ -374,3 +374,141 @@ impl CloakFs {
         inode.kind == Kind::File && inode.is_plain()
     }
 }
+
+/// What [`CloakFs::encrypt_in_place`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i32)]
+pub enum Encrypted {
+    /// The plaintext file is now encrypted.
+    Now = 0,
+    /// It already was (a leftover plaintext copy of an interrupted run was removed).
+    Already = 1,
+    /// Not a regular file: stays as it is.
+    NotAFile = 2,
+}
+
+impl CloakFs {
+    /// Encrypts plaintext file `name` of directory `dir` in place (`cloakfs encrypt`), so
+    /// that a crash at any point leaves the plaintext or the encrypted file, never a mix:
+    /// the encrypted copy is written under a hidden temporary name derived from its stored
+    /// name (a resumed run starts it again), synced, renamed to its stored name and the
+    /// directory synced; only then is the plaintext unlinked and the directory synced again.
+    /// Between the two, both exist with equal contents and the encrypted one is shown; a
+    /// resumed run removes the plaintext.
+    pub(crate) fn encrypt_in_place(&self, dir: &Inode, name: &OsStr) -> Res<Encrypted> {
+        self.writable()?;
+        if !self.adopted() {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let dfd = dir.fd();
+        let plain = match self.resolve(dir, name)? {
+            Resolved::Encrypted(stored) if exists(dfd, stored.backing()) => {
+                if let Some(left) = std::str::from_utf8(name.as_bytes())
+                    .ok()
+                    .filter(|n| names::is_adoptable(n.as_bytes()) && exists(dfd, n))
+                {
+                    rustix::fs::unlinkat(dfd, left, AtFlags::empty()).map_err(errno)?;
+                    sys::sync_dir(dfd).map_err(errno)?;
+                }
+                return Ok(Encrypted::Already);
+            }
+            Resolved::Plain(plain) => plain,
+            _ => return Err(Errno::ENOENT),
+        };
+        let st =
+            rustix::fs::statat(dfd, plain.as_str(), AtFlags::SYMLINK_NOFOLLOW).map_err(errno)?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Ok(Encrypted::NotAFile);
+        }
+        if st.st_nlink > 1 {
+            // Its other names would keep the plaintext.
+            return Err(Errno::EMLINK);
+        }
+        if self
+            .inodes
+            .by_key(st.st_dev, st.st_ino)
+            .is_some_and(|i| i.has_handles())
+        {
+            return Err(Errno::EBUSY);
+        }
+        if self.dir_id_if_any(dir)?.is_none() {
+            self.give_dir_id(dir)?;
+        }
+        let stored = self.stored_name(dir, name)?;
+        let tmp = format!(
+            "cloakfs.tmp.encrypt.{}",
+            &stored.backing()[stored.backing().len().saturating_sub(22)..]
+        );
+        let src = rustix::fs::openat(
+            dfd,
+            plain.as_str(),
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(errno)?;
+        let out = rustix::fs::openat(
+            dfd,
+            tmp.as_str(),
+            OFlags::RDWR | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(errno)?;
+        let written = (|| -> Res<()> {
+            let cf = cloakfs_core::io::file::ContentFile::open(
+                self.codec.clone(),
+                std::fs::File::from(rustix::io::dup(&out).map_err(errno)?),
+            )
+            .map_err(|e| self.fail(&e, out.as_fd(), None))?;
+            let mut buf = vec![0u8; 1 << 20];
+            let mut off = 0u64;
+            loop {
+                let n = rustix::io::pread(&src, &mut buf, off).map_err(errno)?;
+                if n == 0 {
+                    break;
+                }
+                cf.write_at(off, &buf[..n])
+                    .map_err(|e| self.fail(&e, out.as_fd(), None))?;
+                off += n as u64;
+            }
+            let _ = rustix::fs::fchown(
+                &out,
+                Some(rustix::fs::Uid::from_raw(st.st_uid)),
+                Some(rustix::fs::Gid::from_raw(st.st_gid)),
+            );
+            rustix::fs::fchmod(&out, Mode::from_raw_mode(st.st_mode & 0o7777)).map_err(errno)?;
+            let times = rustix::fs::Timestamps {
+                last_access: rustix::fs::Timespec {
+                    tv_sec: st.st_atime,
+                    tv_nsec: st.st_atime_nsec as _,
+                },
+                last_modification: rustix::fs::Timespec {
+                    tv_sec: st.st_mtime,
+                    tv_nsec: st.st_mtime_nsec as _,
+                },
+            };
+            rustix::fs::futimens(&out, &times).map_err(errno)?;
+            rustix::fs::fsync(&out).map_err(errno)?;
+            self.write_sidecar(dfd, &stored)?;
+            rustix::fs::renameat_with(
+                dfd,
+                tmp.as_str(),
+                dfd,
+                stored.backing(),
+                rustix::fs::RenameFlags::NOREPLACE,
+            )
+            .map_err(errno)?;
+            sys::sync_dir(dfd).map_err(errno)
+        })();
+        if let Err(e) = written {
+            let _ = rustix::fs::unlinkat(dfd, tmp.as_str(), AtFlags::empty());
+            return Err(e);
+        }
+        rustix::fs::unlinkat(dfd, plain.as_str(), AtFlags::empty()).map_err(errno)?;
+        sys::sync_dir(dfd).map_err(errno)?;
+        // The kernel's name now leads to the unlinked plaintext: it must look it up again.
+        if let Some(n) = self.pruner.notifier() {
+            let _ = n.inval_entry(fuser::INodeNo(dir.nodeid), name);
+        }
+        Ok(Encrypted::Now)
+    }
+}
