@@ -54,6 +54,8 @@ pub enum Command {
     Reverse(crate::commands::reverse::ReverseArgs),
     /// Run a command with the plaintext view that only it and its children see.
     Run(crate::commands::run::RunArgs),
+    /// Encrypt plaintext files of an adopted tree in place, through its mount (resumable).
+    Encrypt(crate::commands::encrypt::EncryptArgs),
     /// Unmount a plaintext view (flushes everything first).
     #[command(alias = "umount")]
     Unmount(crate::commands::unmount::UnmountArgs),

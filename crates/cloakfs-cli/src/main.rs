@@ -114,6 +114,7 @@ fn main() -> ExitCode {
             Err(f) => Err(f),
         },
         Command::Unmount(a) => commands::unmount::run(a),
+        Command::Encrypt(a) => commands::encrypt::run(a),
         Command::Info(a) => commands::info::run(a),
         Command::Known(a) => commands::known::run(a),
         Command::Passwd(a) => commands::passwd::run(a),
@@ -170,6 +171,7 @@ fn reads_secret(command: &Command) -> bool {
         | Command::Known(commands::known::KnownCommand::Accept(_)) => true,
         Command::Known(_)
         | Command::Unmount(_)
+        | Command::Encrypt(_)
         | Command::Info(_)
         | Command::Detach(_)
         | Command::Status(_)

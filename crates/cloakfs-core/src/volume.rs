@@ -62,7 +62,11 @@ impl Volume {
         pass: &Passphrase,
         kdf: Argon2Params,
     ) -> Result<Self> {
-        check_empty_dir(cipherdir)?;
+        if params.adopted {
+            check_adoptable(cipherdir)?;
+        } else {
+            check_empty_dir(cipherdir)?;
+        }
         let mk = MasterKey::generate();
         let mut config = VolumeConfig::new(params);
         config.add_passphrase_slot(&mk, pass, kdf, "", SlotRandomness::fresh())?;
@@ -81,7 +85,11 @@ impl Volume {
         kdf: Argon2Params,
     ) -> Result<Self> {
         kdf.validate()?;
-        check_empty_dir(cipherdir)?;
+        if params.adopted {
+            check_adoptable(cipherdir)?;
+        } else {
+            check_empty_dir(cipherdir)?;
+        }
         let (config, mk) =
             VolumeConfig::new_no_stored_key(params, pass, kdf, crate::crypto::random::array())?;
         config.save(cipherdir)?;
@@ -193,6 +201,50 @@ impl Volume {
     pub fn root_dir_id(&self) -> DirId {
         DirId(self.config.params.volume_id)
     }
+}
+
+/// Refuses what `init --adopt` cannot adopt: a missing directory, an existing volume, and a
+/// tree holding a name cloakfs reserves (`cloakfs.` prefix), which the mount would hide.
+pub fn check_adoptable(dir: &Path) -> Result<()> {
+    let refuse = |kind, msg: String| Err(Error::Io(std::io::Error::new(kind, msg)));
+    if dir.join(CONFIG_FILE).exists() {
+        return refuse(
+            std::io::ErrorKind::AlreadyExists,
+            format!("{} already holds a cloakfs volume", dir.display()),
+        );
+    }
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return refuse(
+                std::io::ErrorKind::NotADirectory,
+                format!("{} is not a directory", dir.display()),
+            )
+        }
+        Err(e) => {
+            return refuse(e.kind(), format!("{}: {e}", dir.display()));
+        }
+    }
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(d) = pending.pop() {
+        for entry in std::fs::read_dir(&d)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            if !crate::format::names::is_adoptable(name.as_encoded_bytes()) {
+                return refuse(
+                    std::io::ErrorKind::InvalidInput,
+                    format!(
+                        "{} has a name cloakfs reserves (cloakfs.*); rename it before adopting",
+                        entry.path().display()
+                    ),
+                );
+            }
+            if entry.file_type()?.is_dir() {
+                pending.push(entry.path());
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Refuses an existing volume and a non-empty directory; creates a missing directory.

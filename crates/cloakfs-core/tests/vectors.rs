@@ -135,6 +135,7 @@ fn params() -> VolumeParams {
         long_name_max: 255,
         strict_holes: false,
         file_keys: Default::default(),
+        adopted: false,
     }
 }
 

@@ -4,7 +4,7 @@
 use crate::fs::CloakFs;
 use crate::inode::Inode;
 use crate::sys::{self, errno, Res};
-use cloakfs_core::format::names::{self, DirId, EntryKind, StoredName, DIRID_FILE};
+use cloakfs_core::format::names::{self, Classified, DirId, EntryKind, StoredName, DIRID_FILE};
 use cloakfs_core::tools::paths::{parse_dir_id, DIRID_LEN};
 use fuser::{Errno, FileType};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -28,6 +28,8 @@ pub(crate) struct ListEntry {
     pub kind: FileType,
     /// The backing name (None for `.` and `..`), for readdirplus lookups.
     pub backing: Option<String>,
+    /// A plaintext entry of an adopted tree.
+    pub plain: bool,
     /// The backing directory offset that resumes the listing after this entry.
     pub next: u64,
 }
@@ -187,7 +189,8 @@ impl CloakFs {
     /// after it, so offsets stay as stable as the backing file system makes them, across
     /// handles too.
     pub(crate) fn list(&self, dir: &Inode, from: u64) -> Res<Vec<ListEntry>> {
-        let id = self.dir_id(dir)?;
+        let adopted = self.adopted();
+        let id = self.dir_id_if_any(dir)?;
         let rfd = sys::open_dir(dir.fd()).map_err(errno)?;
         let dev = crate::attr::Meta::from_stat(&rustix::fs::fstat(&rfd).map_err(errno)?).dev;
         let mut d = Dir::new(rfd).map_err(errno)?;
@@ -213,38 +216,42 @@ impl CloakFs {
                     },
                     kind: FileType::Directory,
                     backing: None,
+                    plain: false,
                     next,
                 });
                 continue;
             }
-            let Ok(name) = std::str::from_utf8(raw) else {
-                self.warn_bad_name(dir, raw, "backing name is not text");
-                undecryptable += 1;
-                continue;
-            };
-            let plain = match names::classify(name) {
-                EntryKind::Internal => continue,
-                EntryKind::Encrypted(e) => self.volume.names().decrypt_short(&id, e).map_err(|_| {
-                    "name does not decrypt in this directory (tampered, moved or from another volume)"
-                }),
-                EntryKind::Long(b) => {
-                    let dfd = d.fd().map_err(errno)?;
-                    Self::read_sidecar(dfd, b).and_then(|full| {
-                        self.volume.names().decrypt_long(&id, b, &full).map_err(|_| {
-                            "long name does not decrypt in this directory (tampered, moved or from another volume)"
-                        })
-                    })
+            let dfd = d.fd().map_err(errno)?;
+            let class = self
+                .volume
+                .names()
+                .classify_entry(id.as_ref(), raw, adopted, |b| Self::read_sidecar(dfd, b));
+            let (plain, is_plain) = match class {
+                Classified::Internal => continue,
+                Classified::Encrypted(p) => {
+                    decrypted += 1;
+                    (p, false)
                 }
-            };
-            let plain = match plain {
-                Ok(p) => p,
-                Err(why) => {
+                Classified::Plain => {
+                    let shadowed = id.as_ref().is_some_and(|id| {
+                        self.volume.names().encrypt(id, raw).is_ok_and(|s| {
+                            rustix::fs::statat(dfd, s.backing(), AtFlags::SYMLINK_NOFOLLOW).is_ok()
+                        })
+                    });
+                    // The encrypted entry of the same name is the one shown; a name that is
+                    // not text cannot be served.
+                    if shadowed || std::str::from_utf8(raw).is_err() {
+                        continue;
+                    }
+                    (raw.to_vec(), true)
+                }
+                Classified::Undecryptable(why) => {
                     self.warn_bad_name(dir, raw, why);
                     undecryptable += 1;
                     continue;
                 }
             };
-            decrypted += 1;
+            let name = std::str::from_utf8(raw).map_err(|_| Errno::EIO)?;
             let kind = match kind_of_dirent(ent.file_type()) {
                 Some(k) => k,
                 None => {
@@ -262,6 +269,7 @@ impl CloakFs {
                 ino: self.inodes.number_hint(dev, ent.ino()),
                 kind,
                 backing: Some(name.to_string()),
+                plain: is_plain,
                 next,
             });
         }
@@ -394,6 +402,7 @@ impl CloakFs {
         )
         .map_err(errno)?;
         let mut internal = Vec::new();
+        let adopted = self.adopted();
         {
             let mut d = Dir::read_from(&dfd).map_err(errno)?;
             while let Some(ent) = d.read() {
@@ -401,6 +410,10 @@ impl CloakFs {
                 let raw = ent.file_name().to_bytes();
                 if raw == b"." || raw == b".." {
                     continue;
+                }
+                if adopted && !raw.starts_with(names::RESERVED_PREFIX.as_bytes()) {
+                    // A plaintext entry of an adopted tree.
+                    return Err(Errno::ENOTEMPTY);
                 }
                 match std::str::from_utf8(raw).map(names::classify) {
                     Ok(EntryKind::Internal) if raw != DIRID_FILE.as_bytes() => {

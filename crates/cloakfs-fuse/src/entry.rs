@@ -5,8 +5,10 @@
 use crate::dir::chown;
 use crate::fs::CloakFs;
 use crate::inode::{Inode, Kind};
+use crate::plain::Resolved;
 use crate::sys::{self, errno, Res};
 use cloakfs_core::format::meta::SealedTarget;
+use cloakfs_core::format::names::StoredName;
 use cloakfs_core::io::long_targets;
 use fuser::{Errno, FileAttr, INodeNo, RenameFlags, Request};
 use rustix::fd::BorrowedFd;
@@ -23,9 +25,12 @@ const FREE_ON_UNLINK: u64 = 1 << 20;
 impl CloakFs {
     pub(crate) fn do_lookup(&self, parent: INodeNo, name: &OsStr) -> Res<FileAttr> {
         let p = self.node(parent)?;
-        let stored = self.stored_name(&p, name)?;
-        self.lookup_backing(&p, stored.backing(), name, None)
-            .map(|(_, a)| a)
+        match self.resolve(&p, name)? {
+            Resolved::Encrypted(stored) => self.lookup_backing(&p, stored.backing(), name, None),
+            Resolved::Plain(backing) => self.lookup_plain(&p, &backing, None),
+            Resolved::Absent => Err(Errno::ENOENT),
+        }
+        .map(|(_, a)| a)
     }
 
     /// Gives just-created entry `name` to its creator if needed, and looks it up for the
@@ -49,6 +54,9 @@ impl CloakFs {
             return Err(Errno::EINVAL);
         }
         let stored = rustix::fs::readlinkat(inode.fd(), "", Vec::new()).map_err(errno)?;
+        if inode.is_plain() {
+            return Ok(stored.into_bytes());
+        }
         let root = self.node(INodeNo(self.inodes.root()))?;
         long_targets::read_target(self.volume.meta(), root.fd(), stored.as_bytes())
             .map_err(|e| self.fail(&e, inode.fd(), Some("symlink target")))
@@ -65,7 +73,7 @@ impl CloakFs {
         self.writable()?;
         sys::exact_modes();
         let p = self.node(parent)?;
-        let stored = self.stored_name(&p, name)?;
+        let stored = self.name_for_new(&p, name)?;
         let created = self.write_sidecar(p.fd(), &stored)?;
         let made = rustix::fs::mknodat(
             p.fd(),
@@ -93,7 +101,7 @@ impl CloakFs {
         self.writable()?;
         sys::exact_modes();
         let p = self.node(parent)?;
-        let stored = self.stored_name(&p, name)?;
+        let stored = self.name_for_new(&p, name)?;
         let (dfd, id) = self.make_dir(&p, &stored, mode & 0o7777, self.new_owner(req, &p))?;
         let fd = self.hold_dir(dfd)?;
         let (inode, attr) = self.lookup_fd(fd, &p, name)?;
@@ -104,7 +112,14 @@ impl CloakFs {
     pub(crate) fn do_unlink(&self, parent: INodeNo, name: &OsStr) -> Res<()> {
         self.writable()?;
         let p = self.node(parent)?;
-        let stored = self.stored_name(&p, name)?;
+        let stored = match self.resolve(&p, name)? {
+            Resolved::Encrypted(stored) => stored,
+            Resolved::Plain(backing) => {
+                return rustix::fs::unlinkat(p.fd(), backing.as_str(), AtFlags::empty())
+                    .map_err(errno)
+            }
+            Resolved::Absent => return Err(Errno::ENOENT),
+        };
         let last_link = self.large_last_link(p.fd(), stored.backing());
         let long_target = long_targets::last_link_target(p.fd(), stored.backing());
         rustix::fs::unlinkat(p.fd(), stored.backing(), AtFlags::empty()).map_err(errno)?;
@@ -141,8 +156,11 @@ impl CloakFs {
     pub(crate) fn do_rmdir(&self, parent: INodeNo, name: &OsStr) -> Res<()> {
         self.writable()?;
         let p = self.node(parent)?;
-        let stored = self.stored_name(&p, name)?;
-        self.remove_dir(&p, &stored)
+        match self.resolve(&p, name)? {
+            Resolved::Encrypted(stored) => self.remove_dir(&p, &stored),
+            Resolved::Plain(backing) => self.remove_dir(&p, &StoredName::Short(backing)),
+            Resolved::Absent => Err(Errno::ENOENT),
+        }
     }
 
     pub(crate) fn do_symlink(
@@ -155,7 +173,7 @@ impl CloakFs {
         self.writable()?;
         sys::exact_modes();
         let p = self.node(parent)?;
-        let stored = self.stored_name(&p, name)?;
+        let stored = self.name_for_new(&p, name)?;
         let enc = self
             .volume
             .meta()
@@ -195,8 +213,18 @@ impl CloakFs {
         let exchange = flags.contains(RenameFlags::RENAME_EXCHANGE);
         let p = self.node(parent)?;
         let np = self.node(newparent)?;
-        let from = self.stored_name(&p, name)?;
-        let to = self.stored_name(&np, newname)?;
+        let from = match self.resolve(&p, name)? {
+            Resolved::Encrypted(stored) => stored,
+            Resolved::Plain(backing) => {
+                return self.rename_plain(&p, &backing, &np, newname, flags)
+            }
+            Resolved::Absent => return Err(Errno::ENOENT),
+        };
+        let (to, plain_target) = if self.adopted() {
+            self.rename_target(&p, &from, &np, newname, flags)?
+        } else {
+            (self.stored_name(&np, newname)?, None)
+        };
         // After an exchange both names still exist, each with its own sidecar.
         let created = if exchange {
             false
@@ -248,6 +276,17 @@ impl CloakFs {
         if !same_entry {
             self.remove_long_target(replaced_target);
         }
+        if let Some(plain) = plain_target {
+            // Replaced: from here the encrypted entry is the one shown (the collision rule).
+            if let Err(e) = rustix::fs::unlinkat(np.fd(), plain.as_str(), AtFlags::empty()) {
+                if e != rustix::io::Errno::NOENT {
+                    tracing::warn!(
+                        "{}: a replaced plaintext entry stays, hidden: {e}",
+                        crate::sys::describe(np.fd())
+                    );
+                }
+            }
+        }
         Ok(())
     }
 
@@ -263,8 +302,12 @@ impl CloakFs {
         if inode.kind == Kind::Dir {
             return Err(Errno::EPERM);
         }
+        if inode.is_plain() {
+            // A second name would be an encrypted name of plaintext contents.
+            return Err(Errno::EXDEV);
+        }
         let np = self.node(newparent)?;
-        let stored = self.stored_name(&np, newname)?;
+        let stored = self.name_for_new(&np, newname)?;
         let created = self.write_sidecar(np.fd(), &stored)?;
         // The /proc link reaches exactly this object (also an unlinked or a symlink one).
         let linked = rustix::fs::linkat(

@@ -94,7 +94,11 @@ impl CloakFs {
             if mode.is_none() {
                 self.kill_suidgid_on_truncate(req, &inode)?;
             }
-            self.with_file(&inode, true, |f| f.truncate(size))?;
+            if Self::is_plain_file(&inode) {
+                self.truncate_plain(&inode, size)?;
+            } else {
+                self.with_file(&inode, true, |f| f.truncate(size))?;
+            }
             if size == 0 {
                 inode.emptied();
             }
@@ -146,7 +150,8 @@ impl CloakFs {
         }
     }
 
-    pub(crate) fn do_open(&self, req: &Request, ino: INodeNo, flags: i32) -> Res<()> {
+    /// Opens file `ino` for handle `fh`.
+    pub(crate) fn do_open(&self, req: &Request, ino: INodeNo, fh: u64, flags: i32) -> Res<()> {
         let inode = self.node(ino)?;
         match inode.kind {
             Kind::File => {}
@@ -161,6 +166,9 @@ impl CloakFs {
         self.check_access(&inode, open_access(flags))?;
         if trunc {
             self.kill_suidgid_on_truncate(req, &inode)?;
+        }
+        if inode.is_plain() {
+            return self.open_plain(&inode, fh, flags);
         }
         let f = inode
             .acquire(
@@ -198,7 +206,7 @@ impl CloakFs {
         self.writable()?;
         sys::exact_modes();
         let p = self.node(parent)?;
-        let stored = self.stored_name(&p, name)?;
+        let stored = self.name_for_new(&p, name)?;
         let created = self.write_sidecar(p.fd(), &stored)?;
         let mut oflags = OFlags::CREATE | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         if flags & libc::O_EXCL != 0 {
@@ -306,6 +314,9 @@ impl CloakFs {
         self.check_size(offset, length)?;
         let end = offset + length;
         let inode = self.node(ino)?;
+        if Self::is_plain_file(&inode) {
+            return self.fallocate_plain(&inode, offset, length, mode);
+        }
         self.with_file(&inode, true, |f| match mode {
             0 => f.allocate(offset, length, false),
             KEEP => f.allocate(offset, length, true),

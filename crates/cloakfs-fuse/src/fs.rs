@@ -58,6 +58,8 @@ pub(crate) struct CloakFs {
     pub(crate) io_uring: bool,
     /// Whether other machines share the cipher directory, and what that needs.
     pub(crate) coherence: Coherence,
+    /// Open plaintext files of an adopted tree.
+    pub(crate) plain: crate::plain::PlainFiles,
 }
 
 impl CloakFs {
@@ -125,6 +127,7 @@ impl CloakFs {
             syncer: Syncer::new(),
             writeback_cache: false,
             io_uring: false,
+            plain: Default::default(),
         })
     }
 
@@ -224,10 +227,12 @@ impl CloakFs {
     /// The attributes of `inode`, whose backing object is described by `m`.
     pub(crate) fn attr_of(&self, inode: &Inode, m: &Meta) -> FileAttr {
         let size = match inode.kind {
+            Kind::File if inode.is_plain() => m.size,
             Kind::File => match inode.current() {
                 Some(f) => f.size(),
                 None => self.codec.layout().plain_size_lenient(m.size),
             },
+            Kind::Symlink if inode.is_plain() => m.size,
             Kind::Symlink => *inode
                 .symlink_len
                 .get_or_init(|| self.symlink_len(inode.fd())),

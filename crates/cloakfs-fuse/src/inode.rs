@@ -82,6 +82,8 @@ pub(crate) struct Inode {
     open: Mutex<OpenState>,
     /// The table's clock when a request last used this node (for pruning).
     last_used: AtomicU64,
+    /// A plaintext entry of an adopted tree (see `plain`).
+    plain: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Inode {
@@ -110,7 +112,23 @@ impl Inode {
             symlink_len: OnceLock::new(),
             open: Mutex::new(OpenState::default()),
             last_used: AtomicU64::new(0),
+            plain: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Whether any open handle has the node.
+    pub(crate) fn has_handles(&self) -> bool {
+        !self.state().handles.is_empty()
+    }
+
+    /// Marks the node as a plaintext entry of an adopted tree.
+    pub(crate) fn mark_plain(&self) {
+        self.plain.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the node is a plaintext entry of an adopted tree.
+    pub(crate) fn is_plain(&self) -> bool {
+        self.plain.load(Ordering::Relaxed)
     }
 
     /// The backing descriptor (`O_PATH`, or open for reading).

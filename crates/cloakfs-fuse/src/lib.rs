@@ -33,6 +33,7 @@ mod file;
 mod fs;
 mod inode;
 mod ops;
+mod plain;
 mod prune;
 mod readdir;
 mod reverse;
@@ -55,6 +56,14 @@ use fuser::{MountOption, SessionACL};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// `cloakfs encrypt`'s request to a mount of an adopted tree: `_IOW('C', 1, [u8; 256])` on
+/// an open directory, whose argument is the name (NUL-padded) of a plaintext file in it to
+/// encrypt in place. Returns an [`Encrypted`] value.
+pub const ENCRYPT_IOCTL: u32 = (1 << 30) | (256 << 16) | ((b'C' as u32) << 8) | 1;
+/// Length of [`ENCRYPT_IOCTL`]'s argument.
+pub const ENCRYPT_IOCTL_ARG: usize = 256;
+pub use plain::Encrypted;
 
 /// How long the kernel may cache names and attributes by default. Every change made through
 /// the mount updates the kernel's caches at once, so the timeout only bounds how late changes

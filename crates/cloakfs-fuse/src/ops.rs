@@ -119,6 +119,8 @@ pub(crate) fn negotiate_except(
         | InitFlags::FUSE_ATOMIC_O_TRUNC
         | InitFlags::FUSE_ASYNC_DIO
         | InitFlags::FUSE_CACHE_SYMLINKS
+        // ioctls on directories: `cloakfs encrypt` (ENCRYPT_IOCTL).
+        | InitFlags::FUSE_HAS_IOCTL_DIR
         | READDIRPLUS
         // We clear setuid/setgid where the kernel tells us to (see `kill_suidgid`); the
         // backing file system drops security.capability on our own writes, truncates and
@@ -172,9 +174,11 @@ impl Filesystem for CloakFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // The writeback cache only if writable and alone (its cached size would hide other
         // clients' growth).
+        let writeback =
+            self.writeback_cache && !self.read_only && !self.coherence.sharing.is_shared();
         negotiate(
             config,
-            if self.writeback_cache && !self.read_only && !self.coherence.sharing.is_shared() {
+            if writeback {
                 WriteCache::Writeback
             } else {
                 WriteCache::WriteThrough
@@ -182,6 +186,23 @@ impl Filesystem for CloakFs {
             self.io_uring,
             self.coherence.capabilities(),
         );
+        if self.adopted() {
+            // The kernel refuses passthrough opens on a writeback-cached mount.
+            let offered = config.capabilities().contains(InitFlags::FUSE_PASSTHROUGH);
+            let on = offered
+                && !writeback
+                && config.set_max_stack_depth(1).is_ok()
+                && config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok();
+            self.plain
+                .passthrough
+                .store(on, std::sync::atomic::Ordering::Relaxed);
+            if !on {
+                tracing::info!(
+                    "FUSE passthrough not available (kernel offers it: {offered}, writeback \
+                     cache: {writeback}): plaintext files are served through the daemon"
+                );
+            }
+        }
         Ok(())
     }
 
@@ -321,9 +342,10 @@ impl Filesystem for CloakFs {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let fh = self.new_fh();
-        match self.do_open(req, ino, flags.0) {
+        match self.do_open(req, ino, fh, flags.0) {
             Ok(()) => {
-                if let Ok(inode) = self.node(ino) {
+                let inode = self.node(ino).ok();
+                if let Some(inode) = &inode {
                     inode.opened(fh);
                 }
                 // A handle that cannot write has nothing to report at close: no FLUSH for it
@@ -336,7 +358,18 @@ impl Filesystem for CloakFs {
                     } else {
                         fopen | FopenFlags::FOPEN_NOFLUSH
                     };
-                reply.opened(FileHandle(fh), fopen)
+                let passthrough = inode
+                    .filter(|i| i.is_plain())
+                    .and_then(|i| self.passthrough_for(&i, fh, |f| reply.open_backing(f)));
+                match passthrough {
+                    // The kernel refuses passthrough with any flag but these.
+                    Some(id) => reply.opened_passthrough(
+                        FileHandle(fh),
+                        fopen & (FopenFlags::FOPEN_NOFLUSH | FopenFlags::FOPEN_DIRECT_IO),
+                        &id,
+                    ),
+                    None => reply.opened(FileHandle(fh), fopen),
+                }
             }
             Err(e) => reply.error(e),
         }
@@ -346,13 +379,20 @@ impl Filesystem for CloakFs {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         size: u32,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        if let Some(h) = self.plain.get(fh.0) {
+            let mut buf = vec![0u8; size as usize];
+            return match rustix::io::pread(&h.file, &mut buf, offset) {
+                Ok(n) => reply.data(&buf[..n]),
+                Err(e) => reply.error(crate::sys::errno(e)),
+            };
+        }
         self.do_read(ino, offset, size, reply);
     }
 
@@ -360,7 +400,7 @@ impl Filesystem for CloakFs {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         data: &[u8],
         write_flags: WriteFlags,
@@ -372,6 +412,15 @@ impl Filesystem for CloakFs {
             Ok(i) => i,
             Err(e) => return reply.error(e),
         };
+        if let Some(h) = self.plain.get(fh.0) {
+            let r = self.writable().and_then(|()| {
+                rustix::io::pwrite(&h.file, data, offset).map_err(crate::sys::errno)
+            });
+            return match r {
+                Ok(n) => reply.written(n as u32),
+                Err(e) => reply.error(e),
+            };
+        }
         let r = self.writable().and_then(|()| {
             self.check_size(offset, data.len() as u64)?;
             if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
@@ -467,7 +516,7 @@ impl Filesystem for CloakFs {
         }
         if let Some(inode) = self.inodes.get(ino.0) {
             inode.closed(fh.0);
-            if inode.release() {
+            if self.plain.remove(fh.0).is_none() && inode.release() {
                 self.coherence.drop_node(ino.0);
             }
         }
@@ -482,6 +531,14 @@ impl Filesystem for CloakFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
+        if let Some(h) = self.plain.get(fh.0) {
+            let r = if datasync {
+                rustix::fs::fdatasync(&h.file)
+            } else {
+                rustix::fs::fsync(&h.file)
+            };
+            return reply_empty(reply, r.map_err(crate::sys::errno));
+        }
         let r = self.syncer.drain().and_then(|()| {
             let inode = self.node(ino)?;
             let mut synced = Ok(());
@@ -563,20 +620,31 @@ impl Filesystem for CloakFs {
         reply_empty(reply, r);
     }
 
-    /// No ioctl is meaningful on the plaintext view. ENOTTY is what a regular file answers
-    /// (Python's open() asks TCGETS on every file), without fuser's warning per request.
+    /// `cloakfs encrypt` (ENCRYPT_IOCTL on a directory, the entry's name as its argument)
+    /// is the only ioctl. ENOTTY is what a regular file answers to others (Python's open()
+    /// asks TCGETS on every file), without fuser's warning per request.
     fn ioctl(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _flags: IoctlFlags,
-        _cmd: u32,
-        _in_data: &[u8],
+        cmd: u32,
+        in_data: &[u8],
         _out_size: u32,
         reply: ReplyIoctl,
     ) {
-        reply.error(Errno::ENOTTY);
+        if cmd != crate::ENCRYPT_IOCTL {
+            return reply.error(Errno::ENOTTY);
+        }
+        let name = in_data.split(|&b| b == 0).next().unwrap_or_default();
+        let r = self.node(ino).and_then(|dir| {
+            self.encrypt_in_place(&dir, std::os::unix::ffi::OsStrExt::from_bytes(name))
+        });
+        match r {
+            Ok(done) => reply.ioctl(done as i32, &[]),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

@@ -101,6 +101,11 @@ impl Pruner {
         Some(live - self.low)
     }
 
+    /// The session's notifier, once the session exists.
+    pub(crate) fn notifier(&self) -> Option<&Notifier> {
+        self.notifier.get()
+    }
+
     /// Asks the kernel, from a thread of its own, to drop `names` (after [`Pruner::due`]
     /// said yes).
     pub(crate) fn send(&self, names: Vec<SeenAs>) {

@@ -135,7 +135,11 @@ impl CloakFs {
                         Generation(0),
                     )
                 }
-                Some(backing) => match self.lookup_backing(&dir, backing, &e.name, Some(e.kind)) {
+                Some(backing) => match if e.plain {
+                    self.lookup_plain(&dir, backing, Some(e.kind))
+                } else {
+                    self.lookup_backing(&dir, backing, &e.name, Some(e.kind))
+                } {
                     Ok((inode, attr)) => {
                         looked_up += 1;
                         let ttl = self.coherence.entry_ttl(self.ttl, &attr);

@@ -107,6 +107,18 @@ fn print_text(report: &Report, repair: bool) {
         println!("{}: {kind}: {}{state}", p.location(), p.detail);
         println!("    backing: {}", p.backing.display());
     }
+    for p in &report.plaintext {
+        println!(
+            "{}: still plaintext (cloakfs encrypt on the mount)",
+            cloakfs_core::tools::walk::display_plain(p)
+        );
+    }
+    if !report.plaintext.is_empty() {
+        println!(
+            "{} plaintext files of the adopted tree not yet encrypted",
+            report.plaintext.len()
+        );
+    }
     let c = &report.counts;
     if let Some(why) = &report.contents_unchecked {
         println!("file contents cannot be checked: {why}");

@@ -38,8 +38,13 @@ pub struct InitArgs {
     pub config: Option<PathBuf>,
     /// A sharing volume: every file gets its own random key, granted to members' public keys
     /// one file at a time (`cloakfs share`); members are key slots (`slots add --recipient`).
-    #[arg(long, conflicts_with_all = ["no_stored_key", "reverse"])]
+    #[arg(long, conflicts_with_all = ["no_stored_key", "reverse", "adopt"])]
     pub sharing: bool,
+    /// Adopt the existing plaintext tree in the directory: its files stay plaintext, served as
+    /// they are (kernel FUSE passthrough where it can), everything created through the mount
+    /// is encrypted, and `cloakfs encrypt` converts files in place.
+    #[arg(long, conflicts_with_all = ["reverse"])]
+    pub adopt: bool,
     /// Treat all-zero blocks as tampering instead of holes (sparse files then take space).
     #[arg(long)]
     pub strict_holes: bool,
@@ -65,7 +70,12 @@ pub fn run(args: InitArgs) -> Result<()> {
         return run_reverse(&args, volume_params(&args));
     }
     // Refuse before asking for a passphrase.
-    precheck(&args.cipherdir)?;
+    if args.adopt {
+        cloakfs_core::volume::check_adoptable(&args.cipherdir)
+            .map_err(|e| Failure::usage(format!("cannot adopt: {e}")))?;
+    } else {
+        precheck(&args.cipherdir)?;
+    }
     check_file_system(&args)?;
     let pass = read_new_passphrase(&args.secret, "New passphrase: ")?;
     create(&args, &pass)
@@ -117,6 +127,7 @@ fn volume_params(args: &InitArgs) -> VolumeParams {
         params.file_keys = FileKeys::Wrapped;
     }
     params.long_name_max = args.long_name_max;
+    params.adopted = args.adopt;
     params
 }
 
@@ -148,6 +159,12 @@ pub fn create(args: &InitArgs, pass: &Passphrase) -> Result<()> {
             "No stored key: the master key is derived from this passphrase alone. It cannot be \
              changed (cloakfs passwd) and no other key slot can be added; a weak passphrase is \
              the whole key."
+        );
+    }
+    if args.adopt {
+        println!(
+            "Adopted the plaintext tree: its files stay plaintext until `cloakfs encrypt`; new \
+             files are encrypted. Old plaintext may remain on the disk's free blocks."
         );
     }
     remember(&args.cipherdir, &params, &fp);

@@ -4,6 +4,7 @@ pub mod attach;
 pub mod authz;
 pub mod cat;
 pub mod docs;
+pub mod encrypt;
 pub mod export;
 pub mod fsck;
 pub mod info;

@@ -75,6 +75,7 @@ pub fn run(args: SetupPrivateArgs) -> Result<()> {
         cipher: None,
         reverse: false,
         sharing: false,
+        adopt: false,
         config: None,
         strict_holes: false,
         long_name_max: cloakfs_core::format::names::LONG_NAME_MAX_DEFAULT,

@@ -51,6 +51,10 @@ pub struct VolumeParams {
     pub long_name_max: usize,
     /// Whether an all-zero block is tampering (strict) rather than a hole.
     pub strict_holes: bool,
+    /// An adopted plaintext tree (`init --adopt`): backing entries whose names do not decrypt
+    /// are plaintext entries, served as they are. Stored as `plaintext_entries = "adopted"`,
+    /// and only then, so a normal volume never treats a stray file as plaintext.
+    pub adopted: bool,
     /// Where each file's content key comes from (volume field `file_keys`).
     pub file_keys: FileKeys,
 }
@@ -76,6 +80,7 @@ impl VolumeParams {
             long_name_max: LONG_NAME_MAX_DEFAULT,
             strict_holes: false,
             file_keys: FileKeys::Derived,
+            adopted: false,
         }
     }
 
@@ -96,11 +101,14 @@ impl VolumeParams {
         if self.file_keys == FileKeys::Wrapped {
             f.insert("file_keys".into(), "age".into());
         }
+        if self.adopted {
+            f.insert("plaintext_entries".into(), "adopted".into());
+        }
         f
     }
 
     fn from_fields(f: &Fields) -> Result<Self> {
-        const KNOWN: [&str; 8] = [
+        const KNOWN: [&str; 9] = [
             "file_keys",
             "format_version",
             "volume_id",
@@ -109,6 +117,7 @@ impl VolumeParams {
             "block_size",
             "long_name_max",
             "holes",
+            "plaintext_entries",
         ];
         if let Some(k) = f.keys().find(|k| !KNOWN.contains(&k.as_str())) {
             return Err(Error::ConfigDamaged(format!(
@@ -174,7 +183,17 @@ impl VolumeParams {
                 )))
             }
         };
+        let adopted = match f.get("plaintext_entries").map(String::as_str) {
+            None => false,
+            Some("adopted") => true,
+            Some(other) => {
+                return Err(Error::ConfigDamaged(format!(
+                    "unknown plaintext_entries mode {other:?}"
+                )))
+            }
+        };
         Ok(Self {
+            adopted,
             volume_id: parse_b64(f, "volume_id")?,
             content,
             block_size,

@@ -93,6 +93,27 @@ pub fn classify(backing: &str) -> EntryKind<'_> {
     EntryKind::Encrypted(backing)
 }
 
+/// What a backing entry is once its name was checked with the names key: the one place that
+/// tells an adopted tree's plaintext entries from encrypted ones.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Classified {
+    /// cloakfs's own bookkeeping: never listed.
+    Internal,
+    /// An encrypted entry, with its plaintext name.
+    Encrypted(Vec<u8>),
+    /// A plaintext entry of an adopted tree, listed under its backing name as it is.
+    Plain,
+    /// An encrypted-looking entry that does not decrypt (in a normal volume, every entry
+    /// that is not cloakfs's own and does not decrypt; in an adopted one, a long name only).
+    Undecryptable(&'static str),
+}
+
+/// Whether `name` may be a plaintext entry of an adopted tree: a valid name outside the
+/// names cloakfs reserves (`cloakfs.` prefix), which `init --adopt` refuses in the tree.
+pub fn is_adoptable(name: &[u8]) -> bool {
+    validate_plain(name).is_ok() && !name.starts_with(RESERVED_PREFIX.as_bytes())
+}
+
 /// The long-name backing entry for a full encrypted name.
 pub fn long_backing_name(full: &str) -> String {
     format!("{LONG_PREFIX}{}", b64(&Sha256::digest(full.as_bytes())))
@@ -191,6 +212,60 @@ impl NameCodec {
         self.decrypt(dir, full)
     }
 
+    /// Classifies backing entry `backing` of a directory whose ID is `dir` (None: an adopted
+    /// plaintext directory that has no `cloakfs.dirid` yet, so nothing in it is encrypted).
+    /// `sidecar` reads a long name's sidecar. In an adopted tree (`adopted`), an entry is
+    /// encrypted only if its name is in the stored form and decrypts under the names key in
+    /// this directory (AES-SIV authenticates it: a plaintext name passes with probability
+    /// 2^-128); every other entry outside the reserved names is plaintext.
+    pub fn classify_entry(
+        &self,
+        dir: Option<&DirId>,
+        backing: &[u8],
+        adopted: bool,
+        sidecar: impl FnOnce(&str) -> std::result::Result<String, &'static str>,
+    ) -> Classified {
+        let plain_or = |why| {
+            if adopted {
+                Classified::Plain
+            } else {
+                Classified::Undecryptable(why)
+            }
+        };
+        let Ok(name) = std::str::from_utf8(backing) else {
+            return plain_or("backing name is not text");
+        };
+        let kind = classify(name);
+        if adopted && kind == EntryKind::Internal && !name.starts_with(RESERVED_PREFIX) {
+            // A dot, which no encrypted name has: a plaintext name.
+            return Classified::Plain;
+        }
+        let Some(dir) = dir else {
+            return match kind {
+                EntryKind::Internal | EntryKind::Long(_) => Classified::Internal,
+                EntryKind::Encrypted(_) => plain_or("directory without its ID"),
+            };
+        };
+        match kind {
+            EntryKind::Internal => Classified::Internal,
+            EntryKind::Encrypted(e) => match self.decrypt_short(dir, e) {
+                Ok(p) => Classified::Encrypted(p),
+                Err(_) => plain_or(
+                    "name does not decrypt in this directory (tampered, moved or from another volume)",
+                ),
+            },
+            EntryKind::Long(b) => match sidecar(b) {
+                Ok(full) => match self.decrypt_long(dir, b, &full) {
+                    Ok(p) => Classified::Encrypted(p),
+                    Err(_) => Classified::Undecryptable(
+                        "long name does not decrypt in this directory (tampered, moved or from another volume)",
+                    ),
+                },
+                Err(why) => Classified::Undecryptable(why),
+            },
+        }
+    }
+
     /// The plaintext of a full encrypted name found in directory `dir` (either stored form).
     pub fn decrypt(&self, dir: &DirId, encrypted: &str) -> Result<Vec<u8>> {
         let tampered = || Error::Tampered("file name does not decrypt in this directory".into());
@@ -243,6 +318,42 @@ mod tests {
             c.encrypt(&d, &[b'y'; 256]),
             Err(Error::NameTooLong)
         ));
+    }
+
+    #[test]
+    fn adopted_entries_are_plaintext_unless_they_decrypt() {
+        let c = codec();
+        let d = DirId([1; 16]);
+        let no_sidecar = |_: &str| Err("no sidecar");
+        let StoredName::Short(enc) = c.encrypt(&d, b"new.txt").unwrap() else {
+            panic!()
+        };
+        let classify = |dir, name: &[u8], adopted| c.classify_entry(dir, name, adopted, no_sidecar);
+        assert_eq!(
+            classify(Some(&d), enc.as_bytes(), true),
+            Classified::Encrypted(b"new.txt".to_vec())
+        );
+        // The same stored name in another directory, a plaintext name in the stored form, a
+        // name with a dot and a name that is not text are plaintext in an adopted tree only.
+        for name in [enc.as_bytes(), b"README", b"notes.txt", b"caf\xe9"] {
+            assert_eq!(
+                classify(Some(&DirId([2; 16])), name, true),
+                Classified::Plain
+            );
+            assert_eq!(classify(None, name, true), Classified::Plain);
+            assert!(matches!(
+                classify(Some(&DirId([2; 16])), name, false),
+                Classified::Undecryptable(_) | Classified::Internal
+            ));
+        }
+        for name in [DIRID_FILE, "cloakfs.conf", "cloakfs.tmp.00"] {
+            assert_eq!(
+                classify(Some(&d), name.as_bytes(), true),
+                Classified::Internal
+            );
+        }
+        assert!(is_adoptable(b"notes.txt"));
+        assert!(!is_adoptable(b"cloakfs.notes"));
     }
 
     #[test]

@@ -149,7 +149,13 @@ pub fn export(
                 }
             }
             Item::Internal(i) => {
-                if i.kind == InternalKind::Foreign {
+                if i.kind == InternalKind::Plaintext {
+                    x.report.notes.push(format!(
+                        "{}: plaintext entry of an adopted tree not exported (copy it from the \
+                         cipher directory as it is)",
+                        display_plain(&i.dir_plain.join(i.backing.file_name().unwrap_or_default()))
+                    ));
+                } else if i.kind == InternalKind::Foreign {
                     x.report.notes.push(format!(
                         "{}: foreign file {} (not made by cloakfs) not exported",
                         display_plain(&i.dir_plain),

@@ -162,6 +162,8 @@ pub struct Report {
     pub problems: Vec<Problem>,
     /// Why file contents were not checked (a suite without integrity), if they were not.
     pub contents_unchecked: Option<String>,
+    /// In an adopted tree: the plaintext files not yet encrypted (plaintext paths).
+    pub plaintext: Vec<std::path::PathBuf>,
 }
 
 impl Report {
@@ -675,6 +677,25 @@ impl Checker<'_> {
             | InternalKind::DirId
             | InternalKind::Sidecar
             | InternalKind::LongTargets => {}
+            InternalKind::Plaintext => {
+                let plain = i.dir_plain.join(&name);
+                let is_file = i.backing.symlink_metadata().is_ok_and(|m| m.is_file());
+                if is_file {
+                    self.report.plaintext.push(plain);
+                }
+            }
+            InternalKind::PlaintextShadowed => {
+                self.push(
+                    ProblemKind::Foreign,
+                    &i.backing,
+                    None,
+                    dir,
+                    "plaintext entry hidden by the encrypted entry of the same name (made \
+                     outside the mount, or left by an interrupted cloakfs encrypt: run it again)"
+                        .into(),
+                    false,
+                );
+            }
             InternalKind::OrphanSidecar => {
                 let p = self.push(
                     ProblemKind::OrphanSidecar,

@@ -139,6 +139,10 @@ pub enum InternalKind {
     StrayReserved,
     /// A name with a `.` that cloakfs never makes (sync-tool temporaries, conflict copies, ...).
     Foreign,
+    /// A plaintext entry of an adopted tree (not yet encrypted).
+    Plaintext,
+    /// A plaintext entry of an adopted tree hidden by an encrypted entry of the same name.
+    PlaintextShadowed,
 }
 
 /// A backing entry cloakfs keeps for itself or ignores.
@@ -305,8 +309,11 @@ impl<'v> Walker<'v> {
         } else {
             read_dir_id(&dir)
         };
+        let adopted = self.volume.config().params.adopted;
         let dir_id = match dir_id {
             Ok(id) => Some(id),
+            // An adopted plaintext directory: nothing encrypted in it yet.
+            Err((BadKind::DirIdMissing, _)) if adopted => None,
             Err((kind, detail)) => {
                 self.queue
                     .push_back(bad_dir(&dir, &plain, kind, detail, payload));
@@ -326,6 +333,36 @@ impl<'v> Walker<'v> {
         let mut subdirs = Vec::new();
         for name in &names {
             let backing = dir.join(name);
+            let class = adopted.then(|| {
+                self.volume
+                    .names()
+                    .classify_entry(dir_id.as_ref(), name.as_bytes(), true, |b| {
+                        std::fs::read_to_string(dir.join(names::sidecar_name(b)))
+                            .map(|s| s.trim_end().to_string())
+                            .map_err(|_| "no sidecar")
+                    })
+            });
+            if class == Some(names::Classified::Plain) {
+                let shadowed = dir_id.as_ref().is_some_and(|id| {
+                    self.volume
+                        .names()
+                        .encrypt(id, name.as_bytes())
+                        .is_ok_and(|s| dir.join(s.backing()).symlink_metadata().is_ok())
+                });
+                if !shadowed && backing.symlink_metadata().is_ok_and(|m| m.is_dir()) {
+                    subdirs.push((backing.clone(), plain.join(name)));
+                }
+                self.queue.push_back(Item::Internal(Internal {
+                    backing,
+                    dir_plain: plain.clone(),
+                    kind: if shadowed {
+                        InternalKind::PlaintextShadowed
+                    } else {
+                        InternalKind::Plaintext
+                    },
+                }));
+                continue;
+            }
             if let Some(kind) = internal_kind(name, is_root, &longs) {
                 self.queue.push_back(Item::Internal(Internal {
                     backing,

@@ -1,0 +1,322 @@
+//! Adopted plaintext trees (`cloakfs init --adopt`, `cloakfs encrypt`) on real FUSE mounts:
+//! plaintext and encrypted entries side by side, plaintext files read and written as they
+//! are, new files encrypted on disk, renames between the kinds, the collision rule, FUSE
+//! passthrough in use, `encrypt` killed with SIGKILL and resumed, and bad input in one line.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+
+/// A plaintext tree in `f.cipher`, adopted.
+fn adopted() -> Fixture {
+    let f = Fixture::bare();
+    std::fs::create_dir_all(f.cipher.join("docs/deep")).unwrap();
+    std::fs::write(f.cipher.join("notes.txt"), "plain notes\n").unwrap();
+    std::fs::write(f.cipher.join("README"), "no dot, stored form\n").unwrap();
+    std::fs::write(f.cipher.join("docs/deep/a.md"), "deep file\n").unwrap();
+    std::os::unix::fs::symlink("notes.txt", f.cipher.join("link")).unwrap();
+    let out = f.init(&["--adopt"]);
+    assert!(out.status.success(), "init --adopt: {}", stderr(&out));
+    f
+}
+
+fn backing_names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+#[test]
+fn plaintext_and_encrypted_entries_live_side_by_side() {
+    let f = adopted();
+    let m = f.mounted(&[]);
+    let mnt = &f.mnt;
+    // Existing plaintext appears under its own names, as it is.
+    assert_eq!(
+        std::fs::read_to_string(mnt.join("notes.txt")).unwrap(),
+        "plain notes\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(mnt.join("README")).unwrap(),
+        "no dot, stored form\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(mnt.join("docs/deep/a.md")).unwrap(),
+        "deep file\n"
+    );
+    assert_eq!(
+        std::fs::read_link(mnt.join("link")).unwrap(),
+        PathBuf::from("notes.txt")
+    );
+    // Written through the mount, a plaintext file stays plaintext on disk.
+    std::fs::write(mnt.join("notes.txt"), "changed in place\n").unwrap();
+    assert_eq!(
+        std::fs::read_to_string(f.cipher.join("notes.txt")).unwrap(),
+        "changed in place\n"
+    );
+    let mut a = std::fs::OpenOptions::new()
+        .append(true)
+        .open(mnt.join("notes.txt"))
+        .unwrap();
+    std::io::Write::write_all(&mut a, b"appended\n").unwrap();
+    drop(a);
+    assert_eq!(
+        std::fs::read_to_string(mnt.join("notes.txt")).unwrap(),
+        "changed in place\nappended\n"
+    );
+    // New entries are encrypted: names and contents; the plaintext directory gets its ID.
+    std::fs::write(mnt.join("docs/deep/secret.txt"), "TOP-SECRET-CONTENT").unwrap();
+    std::fs::create_dir(mnt.join("docs/newdir")).unwrap();
+    let deep = backing_names(&f.cipher.join("docs/deep"));
+    assert!(deep.contains(&"cloakfs.dirid".to_string()), "{deep:?}");
+    assert!(!deep.iter().any(|n| n.contains("secret")), "{deep:?}");
+    for n in &deep {
+        let b = std::fs::read(f.cipher.join("docs/deep").join(n)).unwrap();
+        assert!(!contains(&b, b"TOP-SECRET"), "plaintext on disk in {n}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(mnt.join("docs/deep/secret.txt")).unwrap(),
+        "TOP-SECRET-CONTENT"
+    );
+    let mut listed: Vec<String> = std::fs::read_dir(mnt.join("docs/deep"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    listed.sort();
+    assert_eq!(listed, ["a.md", "secret.txt"]);
+    // Renames: a plaintext file stays plaintext under its new name; an encrypted file
+    // renamed over a plaintext one replaces it (the editor's save).
+    std::fs::rename(mnt.join("README"), mnt.join("README.old")).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(f.cipher.join("README.old")).unwrap(),
+        "no dot, stored form\n"
+    );
+    std::fs::write(mnt.join("notes.tmp"), "saved by an editor\n").unwrap();
+    std::fs::rename(mnt.join("notes.tmp"), mnt.join("notes.txt")).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(mnt.join("notes.txt")).unwrap(),
+        "saved by an editor\n"
+    );
+    assert!(
+        !f.cipher.join("notes.txt").exists(),
+        "the replaced plaintext is gone"
+    );
+    // A plaintext file never replaces an encrypted one: EXDEV, which mv turns into a copy.
+    let e = std::fs::rename(mnt.join("README.old"), mnt.join("notes.txt")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EXDEV));
+    // Truncate and unlink of plaintext files.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(mnt.join("README.old"))
+        .unwrap()
+        .set_len(2)
+        .unwrap();
+    assert_eq!(std::fs::read(f.cipher.join("README.old")).unwrap(), b"no");
+    std::fs::remove_file(mnt.join("README.old")).unwrap();
+    assert!(!f.cipher.join("README.old").exists());
+    // A plaintext directory with an encrypted entry is not empty; emptied, it goes.
+    let e = std::fs::remove_dir(mnt.join("docs/deep")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOTEMPTY));
+    std::fs::remove_file(mnt.join("docs/deep/secret.txt")).unwrap();
+    std::fs::remove_file(mnt.join("docs/deep/a.md")).unwrap();
+    std::fs::remove_dir(mnt.join("docs/deep")).unwrap();
+    assert!(!f.cipher.join("docs/deep").exists());
+    m.unmount();
+    // Remounted, everything is still there.
+    let m = f.mounted(&[]);
+    assert_eq!(
+        std::fs::read_to_string(mnt.join("notes.txt")).unwrap(),
+        "saved by an editor\n"
+    );
+    assert!(mnt.join("docs/newdir").is_dir());
+    m.unmount();
+}
+
+#[test]
+fn collisions_refuse_new_names_and_show_the_encrypted_entry() {
+    let f = adopted();
+    let m = f.mounted(&[]);
+    // Creating an encrypted entry over a plaintext name is EEXIST (mkdir over a file too).
+    let e = std::fs::create_dir(f.mnt.join("notes.txt")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EEXIST));
+    let e = std::os::unix::fs::symlink("x", f.mnt.join("README")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EEXIST));
+    // Made outside the mount next to an encrypted entry of the same name: the encrypted
+    // one is shown, once, and fsck reports the other.
+    std::fs::write(f.mnt.join("twin"), "encrypted twin\n").unwrap();
+    m.unmount();
+    std::fs::write(f.cipher.join("twin"), "plaintext twin\n").unwrap();
+    let m = f.mounted(&[]);
+    assert_eq!(
+        std::fs::read_to_string(f.mnt.join("twin")).unwrap(),
+        "encrypted twin\n"
+    );
+    let twins = std::fs::read_dir(&f.mnt)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name() == "twin")
+        .count();
+    assert_eq!(twins, 1);
+    m.unmount();
+    let out = f.run(&["fsck", "--passfile", s(&f.pass), s(&f.cipher)]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("hidden by the encrypted entry"), "{text}");
+    assert!(text.contains("/notes.txt: still plaintext"), "{text}");
+    assert!(!out.status.success());
+}
+
+#[test]
+fn passthrough_serves_plaintext_reads_without_the_daemon() {
+    use std::os::unix::fs::MetadataExt;
+    if std::fs::metadata("/proc/self").unwrap().uid() != 0 {
+        eprintln!("skipped: FUSE passthrough needs a root mount");
+        return;
+    }
+    let f = adopted();
+    let big: Vec<u8> = (0..4 << 20).map(|i| (i % 253) as u8).collect();
+    std::fs::write(f.cipher.join("big.bin"), &big).unwrap();
+    // Written in an earlier mount, so that the logged mount has nothing of it cached.
+    let m = f.mounted(&[]);
+    std::fs::write(f.mnt.join("enc.bin"), &big).unwrap();
+    m.unmount();
+    let log = f.tmp.path().join("daemon.log");
+    let out = f
+        .bin()
+        .env("CLOAKFS_LOG", "fuser=debug,cloakfs_fuse=info")
+        .args(["mount", "--passfile", s(&f.pass), "--log-file", s(&log)])
+        .args([s(&f.cipher), s(&f.mnt)])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let m = MountGuard(f.mnt.clone());
+    let plain_ino = std::fs::metadata(f.mnt.join("big.bin")).unwrap().ino();
+    let enc_ino = std::fs::metadata(f.mnt.join("enc.bin")).unwrap().ino();
+    assert_eq!(std::fs::read(f.mnt.join("big.bin")).unwrap(), big);
+    assert_eq!(std::fs::read(f.mnt.join("enc.bin")).unwrap(), big);
+    m.unmount();
+    let log = std::fs::read_to_string(&log).unwrap();
+    let requests = |ino: u64, op: &str| {
+        let tag = format!("ino {ino:#018x} {op}");
+        log.lines().filter(|l| l.contains(&tag)).count()
+    };
+    assert!(requests(plain_ino, "OPEN") >= 1, "{log}");
+    assert_eq!(
+        requests(plain_ino, "READ"),
+        0,
+        "plaintext reads reached the daemon"
+    );
+    assert!(
+        requests(enc_ino, "READ") >= 1,
+        "the encrypted file is read by the daemon"
+    );
+    assert!(!log.contains("passthrough refused"), "{log}");
+}
+
+#[test]
+fn encrypt_killed_then_resumed_leaves_every_file_whole() {
+    let f = Fixture::bare();
+    std::fs::create_dir_all(f.cipher.join("d")).unwrap();
+    let content = |i: usize| -> Vec<u8> {
+        (0..300_000 + i)
+            .map(|j| ((i * 7 + j) % 251) as u8)
+            .collect()
+    };
+    const N: usize = 40;
+    for i in 0..N {
+        std::fs::write(f.cipher.join(format!("d/f{i:02}.dat")), content(i)).unwrap();
+    }
+    assert!(f.init(&["--adopt"]).status.success());
+    let m = f.mounted(&[]);
+    let plain_left = || {
+        backing_names(&f.cipher.join("d"))
+            .iter()
+            .filter(|n| n.ends_with(".dat"))
+            .count()
+    };
+    let mut child = f
+        .bin()
+        .args(["encrypt", "-r", s(&f.mnt.join("d"))])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Killed once some but (most likely) not all files are converted.
+    while plain_left() == N && child.try_wait().unwrap().is_none() {
+        std::thread::yield_now();
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let left = plain_left();
+    assert!(
+        left > 0 && left < N,
+        "killed mid-run: {left} of {N} files left"
+    );
+    for i in 0..N {
+        let p = f.mnt.join(format!("d/f{i:02}.dat"));
+        assert_eq!(
+            std::fs::read(&p).unwrap(),
+            content(i),
+            "f{i:02} after the kill"
+        );
+    }
+    let out = f.run(&["encrypt", "-r", s(&f.mnt.join("d"))]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(plain_left(), 0);
+    for i in 0..N {
+        let p = f.mnt.join(format!("d/f{i:02}.dat"));
+        assert_eq!(
+            std::fs::read(&p).unwrap(),
+            content(i),
+            "f{i:02} after the resume"
+        );
+    }
+    m.unmount();
+    let out = f.run(&["fsck", "--passfile", s(&f.pass), s(&f.cipher)]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(!text.contains("still plaintext"), "{text}");
+}
+
+#[test]
+fn bad_input_is_one_line() {
+    let f = Fixture::bare();
+    let out = f.init(&["--adopt"]);
+    assert_fails(&out, 2, "cannot adopt");
+    std::fs::create_dir(&f.cipher).unwrap();
+    std::fs::write(f.cipher.join("cloakfs.mine"), "x").unwrap();
+    assert_fails(&f.init(&["--adopt"]), 2, "reserves");
+    std::fs::remove_file(f.cipher.join("cloakfs.mine")).unwrap();
+    assert!(f.init(&["--adopt"]).status.success());
+    assert_fails(&f.init(&["--adopt"]), 2, "already holds a cloakfs volume");
+    // encrypt: not on a mount, a directory without -r, a missing path.
+    std::fs::write(f.tmp.path().join("loose"), "x").unwrap();
+    assert_fails(
+        &f.run(&["encrypt", s(&f.tmp.path().join("loose"))]),
+        5,
+        "not on a cloakfs mount",
+    );
+    assert_fails(&f.run(&["encrypt", s(f.tmp.path())]), 2, "use -r");
+    assert_fails(
+        &f.run(&["encrypt", s(&f.tmp.path().join("missing"))]),
+        2,
+        "No such file",
+    );
+    // A normal volume's mount does not encrypt in place.
+    let n = Fixture::new();
+    let m = n.mounted(&[]);
+    std::fs::write(n.mnt.join("file"), "x").unwrap();
+    assert_fails(
+        &n.run(&["encrypt", s(&n.mnt.join("file"))]),
+        5,
+        "not on a mount of an adopted tree",
+    );
+    m.unmount();
+}

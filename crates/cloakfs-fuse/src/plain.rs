@@ -1,0 +1,514 @@
+//! Adopted plaintext trees (`cloakfs init --adopt`): the one place that tells a directory's
+//! plaintext entries from its encrypted ones, and that serves plaintext files.
+//!
+//! An entry is encrypted only if its backing name decrypts under the names key in its
+//! directory (`NameCodec::classify_entry`); every other entry outside cloakfs's reserved
+//! names is plaintext, shown under its own name. The collision rule (docs/FORMAT.md, section
+//! "Adopted plaintext trees"): the mount refuses (EEXIST) to create an encrypted entry whose
+//! plaintext name exists as a plaintext entry; where both exist anyway (made outside the
+//! mount, or a crash inside `cloakfs encrypt`), lookups and listings show the encrypted one,
+//! and fsck reports the other.
+//!
+//! Plaintext files are opened with the kernel's FUSE passthrough (FOPEN_PASSTHROUGH) when the
+//! kernel offers it and the daemon may register backing files (CAP_SYS_ADMIN, i.e. a root
+//! mount); their reads and writes then never reach the daemon. Otherwise they are read and
+//! written here, with plain `pread`/`pwrite` on the backing file.
+
+use crate::fs::CloakFs;
+use crate::inode::{Inode, Kind};
+use crate::sys::{self, errno, Res};
+use cloakfs_core::format::names::{self, Classified, DirId, StoredName, DIRID_FILE};
+use fuser::{BackingId, Errno, FileAttr};
+use rustix::fd::{AsFd, OwnedFd};
+use rustix::fs::{AtFlags, Mode, OFlags};
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::{Arc, Mutex, Weak};
+
+/// Mode of a `cloakfs.dirid` written into an adopted directory (as for new directories).
+const DIRID_MODE: u32 = 0o440;
+
+/// What a plaintext name of a directory refers to.
+pub(crate) enum Resolved {
+    /// An encrypted entry (existing or not: the name it has or would have).
+    Encrypted(StoredName),
+    /// A plaintext entry of an adopted tree; its backing name is its plaintext name.
+    Plain(String),
+    /// Nothing, in an adopted directory that has no ID yet.
+    Absent,
+}
+
+/// An open plaintext file.
+pub(crate) struct PlainHandle {
+    pub(crate) file: OwnedFd,
+    /// The kernel's reference to the backing file, while passthrough serves this handle.
+    _backing: Option<Arc<BackingId>>,
+}
+
+/// Plaintext-file state of a mount.
+#[derive(Default)]
+pub(crate) struct PlainFiles {
+    handles: Mutex<HashMap<u64, Arc<PlainHandle>>>,
+    /// Backing IDs by node: the kernel wants one per inode while any handle has it open.
+    backing: Mutex<HashMap<u64, Weak<BackingId>>>,
+    /// Whether the kernel agreed to passthrough at init (and no registration failed since).
+    pub(crate) passthrough: std::sync::atomic::AtomicBool,
+}
+
+impl PlainFiles {
+    pub(crate) fn get(&self, fh: u64) -> Option<Arc<PlainHandle>> {
+        self.handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&fh)
+            .cloned()
+    }
+
+    pub(crate) fn remove(&self, fh: u64) -> Option<Arc<PlainHandle>> {
+        self.handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&fh)
+    }
+
+    fn insert(&self, fh: u64, h: PlainHandle) {
+        self.handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(fh, Arc::new(h));
+    }
+}
+
+fn exists(dir: rustix::fd::BorrowedFd<'_>, name: &str) -> bool {
+    rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).is_ok()
+}
+
+impl CloakFs {
+    /// Whether this volume is an adopted plaintext tree.
+    pub(crate) fn adopted(&self) -> bool {
+        self.volume.config().params.adopted
+    }
+
+    /// The ID of `dir`, or None for an adopted directory that has none yet.
+    pub(crate) fn dir_id_if_any(&self, dir: &Inode) -> Res<Option<DirId>> {
+        if self.adopted() && dir.dir_id.get().is_none() {
+            match rustix::fs::statat(dir.fd(), DIRID_FILE, AtFlags::SYMLINK_NOFOLLOW) {
+                Err(rustix::io::Errno::NOENT) => return Ok(None),
+                Err(e) => return Err(errno(e)),
+                Ok(_) => {}
+            }
+        }
+        self.dir_id(dir).map(Some)
+    }
+
+    /// Whether plaintext `name` is a plaintext entry of adopted directory `dir` (ID `id`).
+    fn is_plain_entry(&self, dir: &Inode, id: Option<&DirId>, name: &OsStr) -> Option<String> {
+        let bytes = name.as_bytes();
+        if !names::is_adoptable(bytes) {
+            return None;
+        }
+        let name = std::str::from_utf8(bytes).ok()?;
+        if !exists(dir.fd(), name) {
+            return None;
+        }
+        let class = self
+            .volume
+            .names()
+            .classify_entry(id, bytes, true, |_| Err("not a long name"));
+        (class == Classified::Plain).then(|| name.to_string())
+    }
+
+    /// What plaintext `name` of `dir` refers to: the encrypted entry if it exists (it wins a
+    /// collision), else a plaintext entry of that name in an adopted tree.
+    pub(crate) fn resolve(&self, dir: &Inode, name: &OsStr) -> Res<Resolved> {
+        if !self.adopted() {
+            return self.stored_name(dir, name).map(Resolved::Encrypted);
+        }
+        names::validate_plain(name.as_bytes()).map_err(|e| Errno::from_i32(e.errno()))?;
+        let id = self.dir_id_if_any(dir)?;
+        let stored = match &id {
+            Some(id) => {
+                let stored = self
+                    .volume
+                    .names()
+                    .encrypt(id, name.as_bytes())
+                    .map_err(|e| Errno::from_i32(e.errno()))?;
+                if exists(dir.fd(), stored.backing()) {
+                    return Ok(Resolved::Encrypted(stored));
+                }
+                Some(stored)
+            }
+            None => None,
+        };
+        if let Some(plain) = self.is_plain_entry(dir, id.as_ref(), name) {
+            return Ok(Resolved::Plain(plain));
+        }
+        Ok(stored.map_or(Resolved::Absent, Resolved::Encrypted))
+    }
+
+    /// The stored name for a new encrypted entry `name` in `dir`: refused (EEXIST) where a
+    /// plaintext entry has that name; an adopted directory gets its ID first.
+    pub(crate) fn name_for_new(&self, dir: &Inode, name: &OsStr) -> Res<StoredName> {
+        if self.adopted() {
+            names::validate_plain(name.as_bytes()).map_err(|e| Errno::from_i32(e.errno()))?;
+            let id = self.dir_id_if_any(dir)?;
+            if self.is_plain_entry(dir, id.as_ref(), name).is_some() {
+                return Err(Errno::EEXIST);
+            }
+            if id.is_none() {
+                self.give_dir_id(dir)?;
+            }
+        }
+        self.stored_name(dir, name)
+    }
+
+    /// Writes a fresh `cloakfs.dirid` into adopted directory `dir`, durable before any
+    /// encrypted entry is named with it (or keeps the one a concurrent request wrote).
+    fn give_dir_id(&self, dir: &Inode) -> Res<()> {
+        let id = DirId::random();
+        let dfd = sys::open_dir(dir.fd()).map_err(errno)?;
+        match sys::write_new_durable(dfd.as_fd(), DIRID_FILE, &id.0, DIRID_MODE) {
+            Ok(()) => rustix::fs::fsync(&dfd).map_err(errno),
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(()),
+            Err(e) => Err(sys::io_errno(&e)),
+        }
+    }
+
+    /// Looks up plaintext entry `backing` of `parent` for the kernel.
+    pub(crate) fn lookup_plain(
+        &self,
+        parent: &Inode,
+        backing: &str,
+        kind: Option<fuser::FileType>,
+    ) -> Res<(Arc<Inode>, FileAttr)> {
+        let fd = sys::open_node(parent.fd(), backing, kind, false).map_err(errno)?;
+        let m = crate::attr::Meta::from_stat(&rustix::fs::fstat(fd.fd()).map_err(errno)?);
+        let (inode, live) = self
+            .inodes
+            .lookup(fd, &m, parent.nodeid, backing.as_bytes());
+        inode.mark_plain();
+        if let Some(n) = live.and_then(|live| self.pruner.due(live, self.inodes.clock())) {
+            self.pruner.send(self.inodes.least_used(n));
+        }
+        let attr = self.attr_of(&inode, &m);
+        Ok((inode, attr))
+    }
+
+    /// Opens plaintext file `inode` for handle `fh` with open(2) `flags`.
+    pub(crate) fn open_plain(&self, inode: &Inode, fh: u64, flags: i32) -> Res<()> {
+        let mut oflags = OFlags::CLOEXEC;
+        oflags |= match flags & libc::O_ACCMODE {
+            libc::O_WRONLY | libc::O_RDWR => OFlags::RDWR,
+            _ => OFlags::RDONLY,
+        };
+        let file = rustix::fs::open(sys::proc_path(inode.fd()), oflags, Mode::empty())
+            .or_else(|e| {
+                if oflags.contains(OFlags::RDWR) && flags & libc::O_ACCMODE == libc::O_WRONLY {
+                    let wr = (oflags - OFlags::RDWR) | OFlags::WRONLY;
+                    rustix::fs::open(sys::proc_path(inode.fd()), wr, Mode::empty())
+                } else {
+                    Err(e)
+                }
+            })
+            .map_err(errno)?;
+        if flags & libc::O_TRUNC != 0 {
+            rustix::fs::ftruncate(&file, 0).map_err(errno)?;
+        }
+        self.plain.insert(
+            fh,
+            PlainHandle {
+                file,
+                _backing: None,
+            },
+        );
+        Ok(())
+    }
+
+    /// Registers the backing file of plaintext handle `fh` of `inode` with the kernel for
+    /// passthrough, sharing one backing ID per node. None: served by the daemon.
+    pub(crate) fn passthrough_for(
+        &self,
+        inode: &Inode,
+        fh: u64,
+        register: impl FnOnce(&OwnedFd) -> std::io::Result<BackingId>,
+    ) -> Option<Arc<BackingId>> {
+        use std::sync::atomic::Ordering;
+        if !self.plain.passthrough.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut handles = self.plain.handles.lock().unwrap_or_else(|e| e.into_inner());
+        let handle = handles.get_mut(&fh)?;
+        let mut backing = self.plain.backing.lock().unwrap_or_else(|e| e.into_inner());
+        let id = match backing.get(&inode.nodeid).and_then(Weak::upgrade) {
+            Some(id) => id,
+            None => match register(&handle.file) {
+                Ok(id) => {
+                    let id = Arc::new(id);
+                    backing.insert(inode.nodeid, Arc::downgrade(&id));
+                    id
+                }
+                Err(e) => {
+                    self.plain.passthrough.store(false, Ordering::Relaxed);
+                    tracing::warn!(
+                        "FUSE passthrough refused ({e}): plaintext files are served through \
+                         the daemon"
+                    );
+                    return None;
+                }
+            },
+        };
+        let h = Arc::get_mut(handle)?;
+        h._backing = Some(id.clone());
+        Some(id)
+    }
+
+    /// The stored name an encrypted entry (`from` in `p`) gets when renamed to `newname` in
+    /// `np`, and the plaintext file it replaces there, removed after the rename (a crash in
+    /// between leaves both, and the encrypted one is shown). A plaintext directory it
+    /// replaces must be empty and goes first; an exchange with a plaintext entry is EXDEV.
+    pub(crate) fn rename_target(
+        &self,
+        p: &Inode,
+        from: &StoredName,
+        np: &Inode,
+        newname: &OsStr,
+        flags: fuser::RenameFlags,
+    ) -> Res<(StoredName, Option<String>)> {
+        let plain = match self.resolve(np, newname)? {
+            Resolved::Encrypted(stored) => return Ok((stored, None)),
+            Resolved::Plain(plain) => Some(plain),
+            Resolved::Absent => None,
+        };
+        if let Some(plain) = &plain {
+            if flags.contains(fuser::RenameFlags::RENAME_EXCHANGE) {
+                return Err(Errno::EXDEV);
+            }
+            if flags.contains(fuser::RenameFlags::RENAME_NOREPLACE) {
+                return Err(Errno::EEXIST);
+            }
+            let is_dir = |dir: &Inode, name: &str| {
+                rustix::fs::statat(dir.fd(), name, AtFlags::SYMLINK_NOFOLLOW)
+                    .map(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
+                    .map_err(errno)
+            };
+            match (is_dir(p, from.backing())?, is_dir(np, plain)?) {
+                (false, true) => return Err(Errno::EISDIR),
+                (true, false) => return Err(Errno::ENOTDIR),
+                (true, true) => self.remove_dir(np, &StoredName::Short(plain.clone()))?,
+                (false, false) => {}
+            }
+        }
+        if self.dir_id_if_any(np)?.is_none() {
+            self.give_dir_id(np)?;
+        }
+        let to = self.stored_name(np, newname)?;
+        Ok((to, plain))
+    }
+
+    /// Renames plaintext entry `from` of `p` to `newname` in `np`, where it stays plaintext.
+    /// It never replaces an encrypted entry (EXDEV: `mv` then copies, which encrypts).
+    pub(crate) fn rename_plain(
+        &self,
+        p: &Inode,
+        from: &str,
+        np: &Inode,
+        newname: &OsStr,
+        flags: fuser::RenameFlags,
+    ) -> Res<()> {
+        if !names::is_adoptable(newname.as_bytes()) {
+            return Err(Errno::EINVAL);
+        }
+        let to = std::str::from_utf8(newname.as_bytes()).map_err(|_| Errno::EINVAL)?;
+        if let Resolved::Encrypted(stored) = self.resolve(np, newname)? {
+            if exists(np.fd(), stored.backing()) {
+                return Err(Errno::EXDEV);
+            }
+        }
+        let mut rflags = rustix::fs::RenameFlags::empty();
+        if flags.contains(fuser::RenameFlags::RENAME_EXCHANGE) {
+            rflags |= rustix::fs::RenameFlags::EXCHANGE;
+        }
+        if flags.contains(fuser::RenameFlags::RENAME_NOREPLACE) {
+            rflags |= rustix::fs::RenameFlags::NOREPLACE;
+        }
+        rustix::fs::renameat_with(p.fd(), from, np.fd(), to, rflags).map_err(errno)
+    }
+
+    /// Truncates plaintext file `inode` to `size`.
+    pub(crate) fn truncate_plain(&self, inode: &Inode, size: u64) -> Res<()> {
+        let f = rustix::fs::open(
+            sys::proc_path(inode.fd()),
+            OFlags::WRONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(errno)?;
+        rustix::fs::ftruncate(&f, size).map_err(errno)
+    }
+
+    /// fallocate(2) on plaintext file `inode`.
+    pub(crate) fn fallocate_plain(
+        &self,
+        inode: &Inode,
+        offset: u64,
+        length: u64,
+        mode: i32,
+    ) -> Res<()> {
+        let f = rustix::fs::open(
+            sys::proc_path(inode.fd()),
+            OFlags::WRONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(errno)?;
+        rustix::fs::fallocate(
+            &f,
+            rustix::fs::FallocateFlags::from_bits_retain(mode as u32),
+            offset,
+            length,
+        )
+        .map_err(errno)
+    }
+
+    /// Whether `inode` is a plaintext regular file.
+    pub(crate) fn is_plain_file(inode: &Inode) -> bool {
+        inode.kind == Kind::File && inode.is_plain()
+    }
+}
+
+/// What [`CloakFs::encrypt_in_place`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i32)]
+pub enum Encrypted {
+    /// The plaintext file is now encrypted.
+    Now = 0,
+    /// It already was (a leftover plaintext copy of an interrupted run was removed).
+    Already = 1,
+    /// Not a regular file: stays as it is.
+    NotAFile = 2,
+}
+
+impl CloakFs {
+    /// Encrypts plaintext file `name` of directory `dir` in place (`cloakfs encrypt`), so
+    /// that a crash at any point leaves the plaintext or the encrypted file, never a mix:
+    /// the encrypted copy is written under a hidden temporary name derived from its stored
+    /// name (a resumed run starts it again), synced, renamed to its stored name and the
+    /// directory synced; only then is the plaintext unlinked and the directory synced again.
+    /// Between the two, both exist with equal contents and the encrypted one is shown; a
+    /// resumed run removes the plaintext.
+    pub(crate) fn encrypt_in_place(&self, dir: &Inode, name: &OsStr) -> Res<Encrypted> {
+        self.writable()?;
+        if !self.adopted() {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let dfd = dir.fd();
+        let plain = match self.resolve(dir, name)? {
+            Resolved::Encrypted(stored) if exists(dfd, stored.backing()) => {
+                if let Some(left) = std::str::from_utf8(name.as_bytes())
+                    .ok()
+                    .filter(|n| names::is_adoptable(n.as_bytes()) && exists(dfd, n))
+                {
+                    rustix::fs::unlinkat(dfd, left, AtFlags::empty()).map_err(errno)?;
+                    sys::sync_dir(dfd).map_err(errno)?;
+                }
+                return Ok(Encrypted::Already);
+            }
+            Resolved::Plain(plain) => plain,
+            _ => return Err(Errno::ENOENT),
+        };
+        let st =
+            rustix::fs::statat(dfd, plain.as_str(), AtFlags::SYMLINK_NOFOLLOW).map_err(errno)?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Ok(Encrypted::NotAFile);
+        }
+        if st.st_nlink > 1 {
+            // Its other names would keep the plaintext.
+            return Err(Errno::EMLINK);
+        }
+        if self
+            .inodes
+            .by_key(st.st_dev, st.st_ino)
+            .is_some_and(|i| i.has_handles())
+        {
+            return Err(Errno::EBUSY);
+        }
+        if self.dir_id_if_any(dir)?.is_none() {
+            self.give_dir_id(dir)?;
+        }
+        let stored = self.stored_name(dir, name)?;
+        let tmp = format!(
+            "cloakfs.tmp.encrypt.{}",
+            &stored.backing()[stored.backing().len().saturating_sub(22)..]
+        );
+        let src = rustix::fs::openat(
+            dfd,
+            plain.as_str(),
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(errno)?;
+        let out = rustix::fs::openat(
+            dfd,
+            tmp.as_str(),
+            OFlags::RDWR | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(errno)?;
+        let written = (|| -> Res<()> {
+            let cf = cloakfs_core::io::file::ContentFile::open(
+                self.codec.clone(),
+                std::fs::File::from(rustix::io::dup(&out).map_err(errno)?),
+            )
+            .map_err(|e| self.fail(&e, out.as_fd(), None))?;
+            let mut buf = vec![0u8; 1 << 20];
+            let mut off = 0u64;
+            loop {
+                let n = rustix::io::pread(&src, &mut buf, off).map_err(errno)?;
+                if n == 0 {
+                    break;
+                }
+                cf.write_at(off, &buf[..n])
+                    .map_err(|e| self.fail(&e, out.as_fd(), None))?;
+                off += n as u64;
+            }
+            let _ = rustix::fs::fchown(
+                &out,
+                Some(rustix::fs::Uid::from_raw(st.st_uid)),
+                Some(rustix::fs::Gid::from_raw(st.st_gid)),
+            );
+            rustix::fs::fchmod(&out, Mode::from_raw_mode(st.st_mode & 0o7777)).map_err(errno)?;
+            let times = rustix::fs::Timestamps {
+                last_access: rustix::fs::Timespec {
+                    tv_sec: st.st_atime,
+                    tv_nsec: st.st_atime_nsec as _,
+                },
+                last_modification: rustix::fs::Timespec {
+                    tv_sec: st.st_mtime,
+                    tv_nsec: st.st_mtime_nsec as _,
+                },
+            };
+            rustix::fs::futimens(&out, &times).map_err(errno)?;
+            rustix::fs::fsync(&out).map_err(errno)?;
+            self.write_sidecar(dfd, &stored)?;
+            rustix::fs::renameat_with(
+                dfd,
+                tmp.as_str(),
+                dfd,
+                stored.backing(),
+                rustix::fs::RenameFlags::NOREPLACE,
+            )
+            .map_err(errno)?;
+            sys::sync_dir(dfd).map_err(errno)
+        })();
+        if let Err(e) = written {
+            let _ = rustix::fs::unlinkat(dfd, tmp.as_str(), AtFlags::empty());
+            return Err(e);
+        }
+        rustix::fs::unlinkat(dfd, plain.as_str(), AtFlags::empty()).map_err(errno)?;
+        sys::sync_dir(dfd).map_err(errno)?;
+        // The kernel's name now leads to the unlinked plaintext: it must look it up again.
+        if let Some(n) = self.pruner.notifier() {
+            let _ = n.inval_entry(fuser::INodeNo(dir.nodeid), name);
+        }
+        Ok(Encrypted::Now)
+    }
+}
