@@ -320,3 +320,64 @@ fn bad_input_is_one_line() {
     );
     m.unmount();
 }
+
+/// `getfattr`'s value of xattr `name` of `path` ("" when it has none).
+fn xattr(path: &Path, name: &str) -> String {
+    let out = std::process::Command::new("getfattr")
+        .args(["--only-values", "-n", name])
+        .arg(path)
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn set_xattr(path: &Path, name: &str, value: &str) {
+    let st = std::process::Command::new("setfattr")
+        .args(["-n", name, "-v", value])
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(st.success(), "setfattr {name} on {}", path.display());
+}
+
+#[test]
+fn plaintext_entries_keep_their_xattrs_as_they_are() {
+    let f = adopted();
+    set_xattr(&f.cipher.join("notes.txt"), "user.note", "kept");
+    let _m = f.mounted(&[]);
+    let mnt = &f.mnt;
+    // An xattr the plaintext file had is seen through the mount, by its own name.
+    assert_eq!(xattr(&mnt.join("notes.txt"), "user.note"), "kept");
+    let listed = std::process::Command::new("getfattr")
+        .arg("-d")
+        .arg(mnt.join("notes.txt"))
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&listed.stdout).contains("user.note=\"kept\""),
+        "{}",
+        String::from_utf8_lossy(&listed.stdout)
+    );
+    // One set through the mount on a plaintext file stays plaintext on disk.
+    set_xattr(&mnt.join("notes.txt"), "user.added", "through the mount");
+    assert_eq!(
+        xattr(&f.cipher.join("notes.txt"), "user.added"),
+        "through the mount"
+    );
+    // An encrypted file's xattrs are encrypted, names and values.
+    std::fs::write(mnt.join("new.txt"), "encrypted").unwrap();
+    set_xattr(&mnt.join("new.txt"), "user.secret", "hidden-value");
+    assert_eq!(xattr(&mnt.join("new.txt"), "user.secret"), "hidden-value");
+    for n in backing_names(&f.cipher) {
+        let dump = std::process::Command::new("getfattr")
+            .args(["-d", "-m", "-"])
+            .arg(f.cipher.join(&n))
+            .output()
+            .unwrap();
+        let dump = String::from_utf8_lossy(&dump.stdout);
+        assert!(
+            !dump.contains("user.secret") && !dump.contains("hidden-value"),
+            "{n}: {dump}"
+        );
+    }
+}

@@ -142,8 +142,12 @@ fn supported(name: &OsStr) -> Res<()> {
 }
 
 impl CloakFs {
-    /// The stored name of xattr `name` (`None`: passed through unencrypted).
-    fn stored_xattr_name(&self, name: &OsStr) -> Res<Option<Vec<u8>>> {
+    /// The stored name of xattr `name` of `inode` (`None`: passed through unencrypted, as every
+    /// xattr of an adopted plaintext entry is).
+    fn stored_xattr_name(&self, inode: &Inode, name: &OsStr) -> Res<Option<Vec<u8>>> {
+        if inode.is_plain() {
+            return Ok(None);
+        }
         self.volume
             .meta()
             .encrypt_xattr_name(name.as_bytes())
@@ -259,7 +263,7 @@ impl CloakFs {
             return Err(enodata());
         }
         let backing = Backing::of(&inode);
-        let stored = self.stored_xattr_name(name)?;
+        let stored = self.stored_xattr_name(&inode, name)?;
         let backing_name = stored.as_deref().unwrap_or(name.as_bytes());
         XBUF.with_borrow_mut(|buf| {
             let name = OsStr::from_bytes(backing_name);
@@ -298,7 +302,7 @@ impl CloakFs {
         }
         let backing = Backing::of(&inode);
         let flags = XattrFlags::from_bits_retain(flags as u32);
-        match self.stored_xattr_name(name)? {
+        match self.stored_xattr_name(&inode, name)? {
             None => backing.set(name, value, flags),
             Some(enc) => {
                 let sealed = self
@@ -326,6 +330,11 @@ impl CloakFs {
             for stored in
                 names.filter(|s| !s.is_empty() && !is_lsm_label(s) && !suite.is_header_xattr(s))
             {
+                if inode.is_plain() {
+                    out.extend_from_slice(stored);
+                    out.push(0);
+                    continue;
+                }
                 match self.volume.meta().decrypt_xattr_name(stored) {
                     // A directory's default recipients are reached through `share default`.
                     Ok(plain) if plain.starts_with(SHARE_PREFIX) => {}
@@ -361,7 +370,7 @@ impl CloakFs {
         if inode.kind == Kind::Symlink {
             return Err(Errno::EPERM);
         }
-        let stored = self.stored_xattr_name(name)?;
+        let stored = self.stored_xattr_name(&inode, name)?;
         let backing_name = stored.as_deref().unwrap_or(name.as_bytes());
         Backing::of(&inode)
             .remove(OsStr::from_bytes(backing_name))
