@@ -8,3 +8,4 @@ pub mod locked;
 pub mod random;
 pub mod secret;
 pub(crate) mod siv;
+pub mod xts;

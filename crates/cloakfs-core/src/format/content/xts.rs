@@ -1,5 +1,4 @@
-//! The size-preserving AES-256-XTS content suite (IEEE 1619-2018, RustCrypto-based `xts-mode`
-//! on `aes`, which uses AES-NI where the CPU has it). No integrity: a changed ciphertext
+//! The size-preserving AES-256-XTS content suite (IEEE 1619-2018, [`Xts256`]). No integrity: a changed ciphertext
 //! decrypts to different plaintext, silently (docs/THREAT-MODEL.md).
 //!
 //! Each block (data unit) is encrypted where it lies, at its own length, with tweak = its block
@@ -14,10 +13,10 @@
 use crate::crypto::keys::{label, HkdfKey};
 use crate::crypto::locked::{scrubbed, LockedBox};
 use crate::crypto::secret::SecretBytes;
+use crate::crypto::xts::Xts256;
 use crate::format::content::FileId;
-use aes::cipher::{KeyInit, KeyIvInit, StreamCipher};
+use aes::cipher::{KeyIvInit, StreamCipher};
 use aes::Aes256;
-use xts_mode::Xts128;
 
 /// Name in the volume config.
 pub(super) const NAME: &str = "aes-256-xts";
@@ -34,7 +33,7 @@ type Ctr = ctr::Ctr128BE<Aes256>;
 pub(super) struct XtsKey(LockedBox<Keys>);
 
 struct Keys {
-    xts: Xts128<Aes256>,
+    xts: Xts256,
     short: SecretBytes<32>,
 }
 
@@ -45,15 +44,9 @@ impl XtsKey {
     pub(super) fn new(files: &HkdfKey, id: FileId) -> Self {
         let pair: SecretBytes<64> = files.expand(label::XTS_FILE.as_bytes(), &id.0);
         let short: SecretBytes<32> = files.expand(label::XTS_SHORT.as_bytes(), &id.0);
-        Self(LockedBox::new(|| {
-            let (k1, k2) = pair.expose().split_at(32);
-            Keys {
-                xts: Xts128::new(
-                    Aes256::new_from_slice(k1).expect("32-byte key"),
-                    Aes256::new_from_slice(k2).expect("32-byte key"),
-                ),
-                short,
-            }
+        Self(LockedBox::new(|| Keys {
+            xts: Xts256::new(pair.expose()),
+            short,
         }))
     }
 
@@ -63,7 +56,7 @@ impl XtsKey {
         if data.len() < MIN_XTS_LEN {
             keys.short_keystream(block, data);
         } else {
-            keys.xts.encrypt_sector(data, tweak(block));
+            keys.xts.encrypt(block.into(), data);
         }
     }
 
@@ -73,7 +66,7 @@ impl XtsKey {
         if data.len() < MIN_XTS_LEN {
             keys.short_keystream(block, data);
         } else {
-            keys.xts.decrypt_sector(data, tweak(block));
+            keys.xts.decrypt(block.into(), data);
         }
     }
 }
@@ -92,5 +85,5 @@ impl Keys {
 /// The tweak (and initial counter block of a short block): the block number as a 128-bit
 /// little-endian integer, as IEEE 1619 numbers data units.
 fn tweak(block: u64) -> [u8; 16] {
-    xts_mode::get_tweak_default(block.into())
+    u128::from(block).to_le_bytes()
 }
