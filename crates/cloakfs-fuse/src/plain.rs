@@ -375,7 +375,7 @@ impl CloakFs {
     }
 }
 
-/// What [`CloakFs::encrypt_in_place`] did.
+/// What `CloakFs::encrypt_in_place` did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(i32)]
 pub enum Encrypted {

@@ -8,7 +8,7 @@
 //! - **session open** mounts each volume that `/etc/security/cloakfs.conf` lists for the
 //!   user ([`config`]) by running `cloakfs mount --bind user --passfile -` as the user, the
 //!   password on a pipe; a volume already mounted by an earlier session is shared.
-//! - **session close** unmounts a volume when no other session holds it ([`sessions`]).
+//! - **session close** unmounts a volume when no other session holds it (the `sessions` module).
 //! - **password** re-wraps the passphrase slot from the old login password to the new one
 //!   (`cloakfs passwd`, both on pipes). Without the old one (root set the password) nothing
 //!   can be re-wrapped: the next login tells the user, once, to run `cloakfs passwd`.

@@ -17,7 +17,7 @@ use zeroize::Zeroizing;
 pub struct AttachArgs {
     #[command(flatten)]
     pub unlock: UnlockArgs,
-    /// Generated name instead of NAME: `entity` (u<uid>), `entity-session` (u<uid>s<sid>) or
+    /// Generated name instead of NAME: `entity` (`u<uid>`), `entity-session` (`u<uid>s<sid>`) or
     /// `random`.
     #[arg(long = "name", value_name = "HOW", value_parser = ["entity", "entity-session", "random"])]
     pub naming: Option<String>,

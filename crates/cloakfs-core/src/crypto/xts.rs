@@ -3,7 +3,7 @@
 //!
 //! The mode is the standard one, data unit by data unit, with ciphertext stealing for a last
 //! partial AES block. What this module adds over the `xts-mode` crate is only the batching: it
-//! hands the block cipher [`BATCH`] AES blocks per call, so AES-NI works on several at once,
+//! hands the block cipher 16 AES blocks per call, so AES-NI works on several at once,
 //! where `xts-mode` encrypts one block per call and waits out each block's full latency (about
 //! a tenth of the speed on a 4 KiB data unit, docs/PERFORMANCE.md). The tests check every
 //! length against `xts-mode` and the IEEE 1619 vectors.

@@ -1,25 +1,22 @@
-//! File content encryption: a per-file key and independently sealed blocks.
+//! File content encryption: the content suites ([`ContentSuite`]) and one file's cipher
+//! ([`FileCipher`]), keyed through the volume's [`FileKeySource`].
 //!
-//! Construction (see docs/FORMAT.md, "File contents"):
-//! - per-file key = HKDF-SHA256(ikm = content key, salt = none,
-//!   info = "cloakfs v1 file" || file ID), 32 bytes;
+//! Construction (docs/FORMAT.md, "File contents"):
+//! - the file key is derived from the content key and the file ID (HKDF-SHA256, info
+//!   "cloakfs v1 file" || file ID) or, in a sharing volume, random and wrapped to each
+//!   recipient in the file's header (`format::filekey`);
 //! - block n = nonce || AEAD(key, nonce, plaintext, aad = file ID || n as u64 big-endian) || tag,
 //!   with a fresh random nonce on every write (AES-256-GCM: 12 bytes, NIST SP 800-38D;
-//!   XChaCha20-Poly1305: 24 bytes, draft-irtf-cfrg-xchacha);
+//!   XChaCha20-Poly1305: 24 bytes, draft-irtf-cfrg-xchacha); AES-256-GCM-SIV (`gcm_siv`) may
+//!   also seal with derived nonces ([`FileCipher::seal_derived`], for reverse views);
+//! - AES-256-XTS (`xts`) is size-preserving: no nonce, no tag, no integrity, and the header is
+//!   in an xattr of the backing file (`io::header`);
 //! - an all-zero backing block is a hole (reads as zeros) unless the volume is strict.
 //!
-//! Implementations: AES-256-GCM is ring's (`crypto/gcm.rs`), sealing in place after one
-//! copy of the plaintext into the output, and opening in place: [`FileCipher::open_within`]
-//! lets a read open its run of blocks inside the buffer it read them into. Its output is
-//! byte-identical to RustCrypto's `aes-gcm` (the docs/FORMAT.md vectors, and a unit test below).
-//! XChaCha20-Poly1305 is RustCrypto's `chacha20poly1305`; AES-256-GCM-SIV (`gcm_siv`) is
-//! RustCrypto's `aes-gcm-siv`, the one suite that may also seal with derived nonces
-//! ([`FileCipher::seal_derived`], for reverse views). AES-256-XTS (`xts`) is the size-preserving
-//! suite: no nonce, no tag, no header in the file (the file ID is in an xattr of the backing
-//! file, `io::file_id`), and no integrity. Nonces come straight from the OS RNG;
-//! a request that seals many blocks draws all their nonces in one call
-//! ([`FileCipher::fresh_nonces`]), since one getrandom(2) per block costs a third of the
-//! AES-GCM time. Measurements are in docs/PERFORMANCE.md.
+//! AES-256-GCM is ring's (`crypto/gcm.rs`), byte-identical to RustCrypto's `aes-gcm` (a test
+//! below), and opens in place: [`FileCipher::open_within`] lets a read decrypt its blocks inside
+//! the buffer it read them into. A request that seals many blocks draws all their nonces in one
+//! OS call ([`FileCipher::fresh_nonces`]).
 
 use crate::crypto::gcm::GcmKey;
 use crate::crypto::keys::HkdfKey;

@@ -89,7 +89,7 @@ impl ReverseView {
         self.layout.cipher_size(plain_size)
     }
 
-    /// The cipher of the regular file at relative path `rel`, for [`ReverseView::read`].
+    /// The cipher of the regular file at relative path `rel`, for [`ReverseFile::read`].
     pub fn file(&self, rel: &[u8]) -> ReverseFile<'_> {
         let id = self.keys.file_id(rel);
         ReverseFile {
