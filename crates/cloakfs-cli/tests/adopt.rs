@@ -380,4 +380,33 @@ fn plaintext_entries_keep_their_xattrs_as_they_are() {
             "{n}: {dump}"
         );
     }
+    // `cloakfs encrypt` carries a plaintext file's xattrs over, encrypted like the rest.
+    let out = f
+        .bin()
+        .args(["encrypt", s(&mnt.join("notes.txt"))])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(xattr(&mnt.join("notes.txt"), "user.note"), "kept");
+    assert_eq!(
+        xattr(&mnt.join("notes.txt"), "user.added"),
+        "through the mount"
+    );
+    assert!(!f.cipher.join("notes.txt").exists());
+    for n in backing_names(&f.cipher) {
+        let dump = std::process::Command::new("getfattr")
+            .args(["-d", "-m", "-"])
+            .arg(f.cipher.join(&n))
+            .output()
+            .unwrap();
+        let dump = String::from_utf8_lossy(&dump.stdout);
+        assert!(
+            !dump.contains("user.note") && !dump.contains("kept"),
+            "{n}: {dump}"
+        );
+    }
 }

@@ -486,6 +486,7 @@ impl CloakFs {
                     tv_nsec: st.st_mtime_nsec as _,
                 },
             };
+            self.carry_xattrs(src.as_fd(), out.as_fd())?;
             rustix::fs::futimens(&out, &times).map_err(errno)?;
             rustix::fs::fsync(&out).map_err(errno)?;
             self.write_sidecar(dfd, &stored)?;

@@ -316,6 +316,32 @@ impl CloakFs {
         .map_err(errno)
     }
 
+    /// Gives encrypted file `to` the xattrs of plaintext file `from` (`cloakfs encrypt`), each
+    /// stored as if set through the mount; security-module labels stay with the old file.
+    pub(crate) fn carry_xattrs(&self, from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> Res<()> {
+        let mut names = vec![0u8; 64 * 1024];
+        let n = rustix::fs::flistxattr(from, &mut names).map_err(errno)?;
+        let mut value = vec![0u8; 64 * 1024];
+        for name in names[..n].split(|&b| b == 0).filter(|n| !n.is_empty()) {
+            if is_lsm_label(name) {
+                continue;
+            }
+            let len = rustix::fs::fgetxattr(from, name, &mut value).map_err(errno)?;
+            let meta = self.volume.meta();
+            let err = |e: cloakfs_core::Error| Errno::from_i32(e.errno());
+            let (stored, sealed) = match meta.encrypt_xattr_name(name).map_err(err)? {
+                None => (name.to_vec(), value[..len].to_vec()),
+                Some(enc) => {
+                    let sealed = meta.encrypt_xattr_value(&enc, &value[..len]).map_err(err)?;
+                    (enc, sealed)
+                }
+            };
+            rustix::fs::fsetxattr(to, stored.as_slice(), &sealed, XattrFlags::empty())
+                .map_err(errno)?;
+        }
+        Ok(())
+    }
+
     pub(crate) fn list_xattr(&self, ino: INodeNo) -> Res<Vec<u8>> {
         let inode = self.node(ino)?;
         if inode.kind == Kind::Symlink {
