@@ -410,3 +410,31 @@ fn plaintext_entries_keep_their_xattrs_as_they_are() {
         );
     }
 }
+
+#[test]
+fn export_copies_plaintext_entries_as_they_are_and_decrypts_the_rest() {
+    let f = adopted();
+    let m = f.mounted(&[]);
+    std::fs::write(
+        f.mnt.join("docs/new.txt"),
+        "encrypted inside a plaintext dir",
+    )
+    .unwrap();
+    std::fs::create_dir(f.mnt.join("fresh")).unwrap();
+    std::fs::write(f.mnt.join("fresh/x"), "encrypted dir").unwrap();
+    m.unmount();
+    let dest = f.tmp.path().join("exported");
+    let out = f.run(&["export", "--passfile", s(&f.pass), s(&f.cipher), s(&dest)]);
+    assert!(out.status.success(), "export: {}", stderr(&out));
+    let read = |p: &str| std::fs::read_to_string(dest.join(p)).unwrap();
+    assert_eq!(read("notes.txt"), "plain notes\n");
+    assert_eq!(read("README"), "no dot, stored form\n");
+    assert_eq!(read("docs/deep/a.md"), "deep file\n");
+    assert_eq!(read("docs/new.txt"), "encrypted inside a plaintext dir");
+    assert_eq!(read("fresh/x"), "encrypted dir");
+    assert_eq!(
+        std::fs::read_link(dest.join("link")).unwrap(),
+        Path::new("notes.txt")
+    );
+    assert!(!stderr(&out).contains("not exported"), "{}", stderr(&out));
+}

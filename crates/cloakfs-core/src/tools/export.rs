@@ -1,8 +1,8 @@
 //! Copying the whole plaintext tree out of a volume without a mount (disaster recovery).
 //!
 //! Files (with permission bits, times and decrypted `user.` xattrs, hard links kept), directories,
-//! symlinks and fifos are recreated under the destination; sockets and devices are skipped with
-//! a note. Anything unreadable (a file with a tampered block, a name that does not decrypt, a
+//! symlinks and fifos are recreated under the destination, and an adopted tree's plaintext
+//! entries copied as they are; sockets and devices are skipped with a note. Anything unreadable (a file with a tampered block, a name that does not decrypt, a
 //! directory without its `cloakfs.dirid`) is skipped and listed; nothing unauthenticated is
 //! ever written out: a file that fails part-way is removed from the destination again.
 
@@ -150,11 +150,14 @@ pub fn export(
             }
             Item::Internal(i) => {
                 if i.kind == InternalKind::Plaintext {
-                    x.report.notes.push(format!(
-                        "{}: plaintext entry of an adopted tree not exported (copy it from the \
-                         cipher directory as it is)",
-                        display_plain(&i.dir_plain.join(i.backing.file_name().unwrap_or_default()))
-                    ));
+                    let plain = i.dir_plain.join(i.backing.file_name().unwrap_or_default());
+                    progress.advance(0, 1);
+                    if let Err(reason) = x.plain_entry(&i.backing, &x.dest.join(&plain)) {
+                        x.report.skipped.push(Skipped {
+                            location: display_plain(&plain),
+                            reason,
+                        });
+                    }
                 } else if i.kind == InternalKind::Foreign {
                     x.report.notes.push(format!(
                         "{}: foreign file {} (not made by cloakfs) not exported",
@@ -297,6 +300,45 @@ impl Exporter<'_> {
                 .set_modified(mtime(meta)),
         )
         .map_err(|e| format!("cannot set times: {e}"))?;
+        Ok(())
+    }
+
+    /// A plaintext entry of an adopted tree, copied as it is (its entries come as items of
+    /// their own).
+    fn plain_entry(&mut self, backing: &Path, target: &Path) -> std::result::Result<(), String> {
+        let meta = std::fs::symlink_metadata(backing).map_err(|e| e.to_string())?;
+        let kind = meta.file_type();
+        if kind.is_dir() {
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(target)
+                .map_err(|e| format!("cannot create directory: {e}"))?;
+            self.report.directories += 1;
+            self.owner(target, &meta);
+            self.dirs.push((target.to_path_buf(), meta));
+        } else if kind.is_file() {
+            let copied = std::fs::copy(backing, target).map_err(|e| format!("cannot copy: {e}"));
+            let n = copied.inspect_err(|_| {
+                let _ = std::fs::remove_file(target);
+            })?;
+            self.report.files += 1;
+            self.report.bytes += n;
+            self.progress.advance(n, 0);
+            self.owner(target, &meta);
+            let _ = set_times_nofollow(target, &meta);
+        } else if kind.is_symlink() {
+            let t = std::fs::read_link(backing).map_err(|e| e.to_string())?;
+            std::os::unix::fs::symlink(t, target)
+                .map_err(|e| format!("cannot create symlink: {e}"))?;
+            self.owner(target, &meta);
+            let _ = set_times_nofollow(target, &meta);
+            self.report.symlinks += 1;
+        } else {
+            self.report.notes.push(format!(
+                "{}: special file of an adopted tree not exported",
+                target.display()
+            ));
+        }
         Ok(())
     }
 
