@@ -328,6 +328,18 @@ fn a_file_system_without_user_xattrs_is_refused_at_init_and_mount() {
     let out = f.run(&["mount", "--passfile", s(&f.pass), s(&nox), s(&f.mnt)]);
     assert_fails(&out, 2, "does not support user xattrs");
     assert!(!is_mounted(&f.mnt));
+    // And at attach to the multi-user daemon, before any secret is asked for or a daemon is
+    // reached.
+    let out = f.run(&[
+        "attach",
+        "--passfile",
+        s(&f.pass),
+        "--socket",
+        s(&f.tmp.path().join("no-daemon.sock")),
+        s(&nox),
+        "vol",
+    ]);
+    assert_fails(&out, 2, "does not support user xattrs");
     // An authenticated suite keeps its header in the file and needs no xattrs.
     let gcm = ram.0.join("gcm");
     let out = f.run(

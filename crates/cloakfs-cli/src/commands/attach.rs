@@ -52,15 +52,17 @@ pub fn run_attach(args: AttachArgs) -> Result<()> {
         )
     })?;
     // Fail on everything checkable before asking for a secret.
-    VolumeConfig::load(&cipherdir)?;
+    let config = VolumeConfig::load(&cipherdir)?;
     cloakfs_core::tools::rekey::check_not_rekeying(&cipherdir)?;
+    if !args.read_only {
+        cloakfs_core::io::header::check_dir(config.params.content, &cipherdir)?;
+    }
     let naming = match (args.naming.as_deref(), args.name) {
         (Some("entity"), _) => Naming::Entity { session: false },
         (Some("entity-session"), _) => Naming::Entity { session: true },
         (Some(_), _) => Naming::Random,
         (None, Some(n)) => {
-            // SAFETY: geteuid has no preconditions.
-            let uid = unsafe { libc::geteuid() };
+            let uid = rustix::process::geteuid().as_raw();
             cloakfs_daemon::naming::validate_given(&n, uid).map_err(Failure::usage)?;
             Naming::Given(n)
         }
