@@ -340,6 +340,20 @@ fn set_xattr(path: &Path, name: &str, value: &str) {
     assert!(st.success(), "setfattr {name} on {}", path.display());
 }
 
+/// Fails if the xattrs (all namespaces) of a backing entry directly in `dir` contain any of
+/// `words`.
+fn assert_no_backing_xattr_shows(dir: &Path, words: &[&str]) {
+    for n in backing_names(dir) {
+        let dump = std::process::Command::new("getfattr")
+            .args(["-d", "-m", "-"])
+            .arg(dir.join(&n))
+            .output()
+            .unwrap();
+        let dump = String::from_utf8_lossy(&dump.stdout);
+        assert!(!words.iter().any(|w| dump.contains(w)), "{n}: {dump}");
+    }
+}
+
 #[test]
 fn plaintext_entries_keep_their_xattrs_as_they_are() {
     let f = adopted();
@@ -368,18 +382,7 @@ fn plaintext_entries_keep_their_xattrs_as_they_are() {
     std::fs::write(mnt.join("new.txt"), "encrypted").unwrap();
     set_xattr(&mnt.join("new.txt"), "user.secret", "hidden-value");
     assert_eq!(xattr(&mnt.join("new.txt"), "user.secret"), "hidden-value");
-    for n in backing_names(&f.cipher) {
-        let dump = std::process::Command::new("getfattr")
-            .args(["-d", "-m", "-"])
-            .arg(f.cipher.join(&n))
-            .output()
-            .unwrap();
-        let dump = String::from_utf8_lossy(&dump.stdout);
-        assert!(
-            !dump.contains("user.secret") && !dump.contains("hidden-value"),
-            "{n}: {dump}"
-        );
-    }
+    assert_no_backing_xattr_shows(&f.cipher, &["user.secret", "hidden-value"]);
     // `cloakfs encrypt` carries a plaintext file's xattrs over, encrypted like the rest.
     let out = f
         .bin()
@@ -397,18 +400,7 @@ fn plaintext_entries_keep_their_xattrs_as_they_are() {
         "through the mount"
     );
     assert!(!f.cipher.join("notes.txt").exists());
-    for n in backing_names(&f.cipher) {
-        let dump = std::process::Command::new("getfattr")
-            .args(["-d", "-m", "-"])
-            .arg(f.cipher.join(&n))
-            .output()
-            .unwrap();
-        let dump = String::from_utf8_lossy(&dump.stdout);
-        assert!(
-            !dump.contains("user.note") && !dump.contains("kept"),
-            "{n}: {dump}"
-        );
-    }
+    assert_no_backing_xattr_shows(&f.cipher, &["user.note", "kept"]);
 }
 
 #[test]
