@@ -189,6 +189,10 @@ pub fn control() -> Vec<Vec<u8>> {
             master_key: "QkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkI".into(),
             key_ttl: Some(60),
             callback: Some("logger timeout".into()),
+            member: Some(cloakfs_daemon::protocol::MemberKeys {
+                identities: vec!["AGE-SECRET-KEY-1QQQQ".into()],
+                recipient: "age1qqqq".into(),
+            }),
         }),
         Request::Detach {
             name: "work".into(),

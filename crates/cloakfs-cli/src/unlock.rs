@@ -46,6 +46,35 @@ pub fn join_as_member(args: &UnlockArgs, volume: Volume) -> Result<Volume> {
     Ok(volume.join_as(Member::new(identities, recipient)?)?)
 }
 
+/// What a member of a sharing volume hands the multi-user daemon with its attach: the texts
+/// of its identity files and its public key (`None` for another volume, or without
+/// `--identity`). Checked here as the daemon will load them, so errors name the files.
+pub fn member_keys(args: &UnlockArgs, volume: &Volume) -> Result<Option<MemberTexts>> {
+    if !volume.is_sharing() || args.identity.is_empty() {
+        return Ok(None);
+    }
+    let mut texts = Vec::new();
+    for p in &args.identity {
+        let raw = read_secret_file(p, "identity file", 1 << 20)?;
+        let text = std::str::from_utf8(&raw).map_err(|_| {
+            Failure::usage(format!("identity file {}: not a text file", p.display()))
+        })?;
+        texts.push(Zeroizing::new(text.to_string()));
+    }
+    let recipient = public_key_of(&args.identity[0])?;
+    let named: Vec<(String, &[u8])> = (args.identity.iter().zip(&texts))
+        .map(|(p, t)| (p.display().to_string(), t.as_bytes()))
+        .collect();
+    Member::from_texts(&named, recipient.clone())?;
+    Ok(Some(MemberTexts { texts, recipient }))
+}
+
+/// A sharing volume member's keys on their way to the daemon (wiped when dropped).
+pub struct MemberTexts {
+    pub texts: Vec<Zeroizing<String>>,
+    pub recipient: String,
+}
+
 /// The public key of identity file `path`: an age identity's own, or an ssh key's from the
 /// `.pub` file next to it.
 fn public_key_of(path: &Path) -> Result<String> {

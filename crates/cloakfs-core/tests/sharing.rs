@@ -243,3 +243,28 @@ fn cost_of_a_shared_file_against_a_normal_one() {
         );
     }
 }
+
+/// The multi-user daemon builds a member from identity texts, where nobody can type a
+/// passphrase: an age identity works, a passphrase-protected ssh key is refused in one line.
+#[test]
+fn a_member_from_texts_refuses_a_key_needing_a_passphrase() {
+    let alice = Person::new();
+    let text = alice.id.to_string().expose_secret().to_string();
+    let m = Member::from_texts(&[("alice.key".into(), text.as_bytes())], alice.public()).unwrap();
+    assert_eq!(m.recipient(), alice.public());
+
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("enc_ed25519");
+    let st = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "secret-words", "-f"])
+        .arg(&key)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let raw = std::fs::read(&key).unwrap();
+    let public = std::fs::read_to_string(dir.path().join("enc_ed25519.pub")).unwrap();
+    let err = Member::from_texts(&[("enc_ed25519".into(), &raw[..])], public).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("passphrase-protected ssh key"), "{msg}");
+    assert!(msg.contains("enc_ed25519") && !msg.contains('\n'), "{msg}");
+}

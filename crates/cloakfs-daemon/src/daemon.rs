@@ -19,6 +19,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use base64::Engine;
 use cloakfs_core::crypto::keys::MasterKey;
 use cloakfs_core::format::config::VolumeConfig;
+use cloakfs_core::format::filekey::Member;
 use cloakfs_core::Volume;
 use cloakfs_fuse::tree::AttachSpec;
 use rustix::fd::OwnedFd;
@@ -347,11 +348,20 @@ impl<T: Tree> Daemon<T> {
     fn attach(&self, peer: &Peer, caller: &Process, mut r: AttachRequest) -> Response {
         let key = decode_key(&r.master_key);
         r.master_key.zeroize();
-        let key = match key {
-            Ok(k) => k,
-            Err(e) => return error(e),
+        let member = r.member.take().map(|mut m| {
+            let texts: Vec<(String, &[u8])> = (m.identities.iter().enumerate())
+                .map(|(i, t)| (format!("#{}", i + 1), t.as_bytes()))
+                .collect();
+            let made = Member::from_texts(&texts, m.recipient.clone());
+            m.identities.iter_mut().for_each(|t| t.zeroize());
+            made
+        });
+        let (key, member) = match (key, member.transpose()) {
+            (Ok(k), Ok(m)) => (k, m),
+            (Err(e), _) => return error(e),
+            (_, Err(e)) => return error(format!("the member's keys: {e}")),
         };
-        match self.attach_with(peer, caller, &r, &key) {
+        match self.attach_with(peer, caller, &r, &key, member) {
             Ok(resp) => resp,
             Err(e) => error(e),
         }
@@ -363,6 +373,7 @@ impl<T: Tree> Daemon<T> {
         caller: &Process,
         r: &AttachRequest,
         key: &MasterKey,
+        member: Option<Member>,
     ) -> Result<Response, String> {
         let sid = peer.sid.ok_or(NO_SESSION)?;
         if !Path::new(&r.cipherdir).is_absolute() {
@@ -389,8 +400,13 @@ impl<T: Tree> Daemon<T> {
             open_cipherdir(&dir, read_only, tree_device)
         })
         .map_err(|e| format!("{}: {e}", r.cipherdir))?;
-        let volume = Volume::from_master_key(config, key)
+        let mut volume = Volume::from_master_key(config, key)
             .map_err(|e| format!("the key does not open {}: {e}", r.cipherdir))?;
+        if let Some(m) = member {
+            volume = volume
+                .join_as(m)
+                .map_err(|e| format!("{}: {e}", r.cipherdir))?;
+        }
         // Reserve the name, then ask the tree without holding the registry.
         let mut ids = peer.clone();
         let mut tries = 0;

@@ -139,6 +139,26 @@ pub struct AttachRequest {
     /// reason as `$1` and `$2`) when the key or the owner's session times out.
     #[serde(default)]
     pub callback: Option<String>,
+    /// On a sharing volume, the member the attach opens files as (FORMAT.md section 18).
+    #[serde(default)]
+    pub member: Option<MemberKeys>,
+}
+
+/// A sharing volume's member, handed to the daemon with an attach: the texts of its identity
+/// files (age identities or ssh private keys without a passphrase), which unwrap file keys,
+/// and its public key, to which the files it creates are granted.
+#[derive(Serialize, Deserialize, Clone)]
+pub struct MemberKeys {
+    pub identities: Vec<String>,
+    pub recipient: String,
+}
+
+impl std::fmt::Debug for MemberKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemberKeys")
+            .field("recipient", &self.recipient)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Who an authorization is for.

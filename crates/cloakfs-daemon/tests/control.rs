@@ -131,6 +131,7 @@ fn attach_req(env: &Env, name: &str) -> Request {
         master_key: env.master_key.clone(),
         key_ttl: None,
         callback: None,
+        member: None,
     })
 }
 

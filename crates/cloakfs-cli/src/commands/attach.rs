@@ -8,7 +8,7 @@ use crate::control::{self, parse_duration};
 use crate::failure::{code, Failure, Result};
 use clap::Args;
 use cloakfs_core::format::config::VolumeConfig;
-use cloakfs_daemon::protocol::{AttachRequest, Naming, Request, Response};
+use cloakfs_daemon::protocol::{AttachRequest, MemberKeys, Naming, Request, Response};
 use std::path::PathBuf;
 use std::time::Duration;
 use zeroize::Zeroizing;
@@ -73,6 +73,7 @@ pub fn run_attach(args: AttachArgs) -> Result<()> {
     let master_key = Zeroizing::new(cloakfs_core::format::encoding::b64(
         volume.master_key().expose(),
     ));
+    let member = crate::unlock::member_keys(&args.unlock, &volume)?;
     drop(volume);
     let req = Request::Attach(AttachRequest {
         cipherdir: cipherdir.to_string_lossy().into_owned(),
@@ -82,10 +83,17 @@ pub fn run_attach(args: AttachArgs) -> Result<()> {
         master_key: master_key.to_string(),
         key_ttl: control::secs(args.key_ttl),
         callback: args.callback,
+        member: member.as_ref().map(|m| MemberKeys {
+            identities: m.texts.iter().map(|t| t.to_string()).collect(),
+            recipient: m.recipient.clone(),
+        }),
     });
     let answer = control::call_on(&mut client, &req);
     if let Request::Attach(mut a) = req {
         zeroize::Zeroize::zeroize(&mut a.master_key);
+        if let Some(m) = &mut a.member {
+            m.identities.iter_mut().for_each(zeroize::Zeroize::zeroize);
+        }
     }
     match answer? {
         Response::Attached {

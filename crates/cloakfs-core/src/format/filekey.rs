@@ -16,7 +16,7 @@ use crate::crypto::secret::SecretBytes;
 use crate::error::{Error, Result};
 use crate::format::content::{FileCipher, FileId};
 use crate::format::layout::HEADER_LEN;
-use crate::slots::recipient::{self, Identities, Recipients};
+use crate::slots::recipient::{self, Identities, Loaded, Recipients};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::collections::HashMap;
@@ -225,6 +225,26 @@ pub fn recipient_lines(text: &str) -> Result<Vec<String>> {
         .collect())
 }
 
+/// Callbacks for identities loaded where there is no terminal: every question goes unanswered.
+#[derive(Clone, Copy)]
+struct NoPrompt;
+
+impl age::Callbacks for NoPrompt {
+    fn display_message(&self, _message: &str) {}
+
+    fn confirm(&self, _message: &str, _yes: &str, _no: Option<&str>) -> Option<bool> {
+        None
+    }
+
+    fn request_public_string(&self, _description: &str) -> Option<String> {
+        None
+    }
+
+    fn request_passphrase(&self, _description: &str) -> Option<age::secrecy::SecretString> {
+        None
+    }
+}
+
 /// The member a sharing volume is opened as: identities to unwrap file keys with, and the
 /// public key every file it creates is granted to.
 pub struct Member {
@@ -248,6 +268,22 @@ impl Member {
             identities,
             recipient: recipient.trim().to_string(),
         })
+    }
+
+    /// A member from the texts of its identity files, where nobody can be asked for a
+    /// passphrase (the multi-user daemon): a passphrase-protected ssh key is refused.
+    /// `texts` pairs each text with the name its errors give.
+    pub fn from_texts(texts: &[(String, &[u8])], recipient: String) -> Result<Self> {
+        let mut identities = Identities::new();
+        for (name, text) in texts {
+            if identities.add_file(text, name, NoPrompt)? == Loaded::EncryptedSsh {
+                return Err(Error::Refused(format!(
+                    "identity file {name} is a passphrase-protected ssh key, whose passphrase \
+                     cannot be asked for there: use an age identity or an ssh key without one"
+                )));
+            }
+        }
+        Self::new(identities, recipient)
     }
 
     /// The member's own public key.
