@@ -154,7 +154,7 @@ fn build_reference() -> (VolumeConfig, Vec<Share>) {
     let identity: age::x25519::Identity = AGE_IDENTITY.parse().expect("fixture identity");
     let recipients =
         recipient::Recipients::parse(&identity.to_public().to_string()).expect("recipient");
-    let (f, kek) = recipient::new_slot(&recipients).expect("recipient slot");
+    let (f, kek) = recipient::new_slot(&recipients, false).expect("recipient slot");
     c.add_slot(&mk, kind::RECIPIENT, "age", f, &kek, [4; 12])
         .expect("recipient slot");
     let shamir_id = c.next_slot_id();

@@ -543,3 +543,90 @@ fn xattr_names(p: &Path) -> Vec<String> {
         .map(|n| String::from_utf8_lossy(n).into_owned())
         .collect()
 }
+
+/// fsck on a sharing volume: files no member can open and entries for keys no slot holds are
+/// listed (the slots keep their public keys), and a broken list is a problem.
+#[test]
+fn fsck_reports_who_can_open_what_and_broken_lists() {
+    let t = team();
+    let dir = t.f.tmp.path().to_path_buf();
+    let dave = age_key(&dir, "dave.key"); // outside the volume: no slot
+    let ma = t.mount(&t.alice, "alice");
+    std::fs::write(ma.0.join("plan.txt"), "plan\n").unwrap();
+    std::fs::write(ma.0.join("solo.txt"), "solo\n").unwrap();
+    for f in ["plan.txt", "solo.txt"] {
+        ok(&cloakfs(&[
+            "share",
+            "add",
+            s(&ma.0.join(f)),
+            "--recipient",
+            &dave.1,
+        ]));
+    }
+    ma.unmount();
+    // solo.txt ends up shared with dave alone.
+    ok(&t.f.run(&[
+        "share",
+        "remove",
+        "--volume",
+        s(&t.f.cipher),
+        "--identity",
+        s(&t.alice.0),
+        "solo.txt",
+        "--recipient",
+        &t.alice.1,
+    ]));
+
+    let fsck = |extra: &[&str]| {
+        t.f.run(
+            &[
+                &["fsck", s(&t.f.cipher), "--identity", s(&t.alice.0)],
+                extra,
+            ]
+            .concat(),
+        )
+    };
+    let out = fsck(&["--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let sh = &r["sharing"];
+    assert_eq!(sh["member_keys"].as_array().unwrap().len(), 3, "{sh}");
+    assert_eq!(sh["no_member_can_open"], serde_json::json!(["/solo.txt"]));
+    let unknown = sh["unknown_keys"].as_array().unwrap();
+    assert_eq!(unknown.len(), 2, "{sh}");
+    assert!(unknown.iter().all(|e| e[1] == dave.1.as_str()), "{sh}");
+    let text = String::from_utf8(fsck(&[]).stdout).unwrap();
+    assert!(
+        text.contains("/solo.txt: no member of the volume can open it"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("/plan.txt: shared with {}", dave.1)),
+        "{text}"
+    );
+
+    // One character of dave's entry in plan.txt changed: the list no longer authenticates.
+    let plan = std::fs::read_dir(&t.f.cipher)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            let b = std::fs::read(p).unwrap_or_default();
+            !p.is_dir()
+                && b.windows(dave.1.len()).any(|w| w == dave.1.as_bytes())
+                && b.windows(t.alice.1.len())
+                    .any(|w| w == t.alice.1.as_bytes())
+        })
+        .expect("plan.txt's backing file");
+    let mut b = std::fs::read(&plan).unwrap();
+    let at = b
+        .windows(dave.1.len())
+        .position(|w| w == dave.1.as_bytes())
+        .unwrap();
+    let last = at + dave.1.len() - 1;
+    b[last] = if b[last] == b'q' { b'p' } else { b'q' };
+    std::fs::write(&plan, &b).unwrap();
+    let out = fsck(&[]);
+    assert!(!out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("/plan.txt"), "{text}");
+}

@@ -1492,7 +1492,7 @@ fn forged_recipient_configs_are_refused(f: &Fixture, public: &str, unlock: &[&st
     let recipients = cloakfs_core::slots::recipient::Recipients::parse(public).unwrap();
     let original = config_text(f);
     for keep_id in [false, true] {
-        let (fields, kek) = cloakfs_core::slots::recipient::new_slot(&recipients).unwrap();
+        let (fields, kek) = cloakfs_core::slots::recipient::new_slot(&recipients, false).unwrap();
         plant_config(f, &forged_config(f, keep_id, "recipient", fields, &kek));
         refused_everywhere(f, unlock, &[]);
     }

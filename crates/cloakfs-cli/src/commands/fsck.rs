@@ -140,6 +140,22 @@ fn print_text(report: &Report, repair: bool) {
             format!("{} problems, {} repaired", c.problems, c.repaired)
         }
     );
+    if let Some(sh) = &report.sharing {
+        for p in &sh.no_member_can_open {
+            println!("{p}: no member of the volume can open it");
+        }
+        for (p, key) in &sh.unknown_keys {
+            println!("{p}: shared with {key}, a key no slot holds");
+        }
+        if !sh.slots_without_keys.is_empty() {
+            let ids: Vec<String> = sh.slots_without_keys.iter().map(u32::to_string).collect();
+            println!(
+                "recipient slots {} keep no public keys (made by an earlier cloakfs): their \
+                 members' keys count as keys no slot holds",
+                ids.join(", ")
+            );
+        }
+    }
     if c.not_shared > 0 {
         println!(
             "{} files are not shared with the identity given (their contents were not checked: \

@@ -8,7 +8,7 @@ use crate::failure::{code, Failure, Result};
 use crate::secret_input::{read_passphrase_from, read_secret_file, Confirm};
 use crate::unlock::{self, gpg, pkcs11};
 use cloakfs_core::crypto::kdf::{Argon2Params, DEFAULT_MEMORY_KIB};
-use cloakfs_core::format::config::{KeySource, VolumeConfig};
+use cloakfs_core::format::config::{FileKeys, KeySource, VolumeConfig};
 use cloakfs_core::slots::recipient::Recipients;
 use cloakfs_core::slots::recovery::RecoveryKey;
 use cloakfs_core::slots::{self, kind, KeySlot, SlotRandomness};
@@ -474,7 +474,8 @@ fn add(args: AddArgs) -> Result<()> {
             (kind::KEYFILE, f, k)
         }
         NewSlot::Recipient(r) => {
-            let (f, k) = slots::recipient::new_slot(&r)?;
+            let sharing = config.params.file_keys == FileKeys::Wrapped;
+            let (f, k) = slots::recipient::new_slot(&r, sharing)?;
             (kind::RECIPIENT, f, k)
         }
         NewSlot::Pkcs11 { module, token } => {

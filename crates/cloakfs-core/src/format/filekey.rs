@@ -209,8 +209,7 @@ pub fn grant(recipient_line: &str, fk: &[u8; 32]) -> Result<Grant> {
 
 /// Whether two recipient lines name the same key (an ssh key's comment does not count).
 pub fn same_key(a: &str, b: &str) -> bool {
-    let key = |s: &str| s.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
-    key(a) == key(b)
+    recipient::short_key(a) == recipient::short_key(b)
 }
 
 /// The recipient lines of `text` (one key per line; blank lines and `#` comments skipped),

@@ -18,6 +18,8 @@ use zeroize::Zeroizing;
 
 /// Fields of a recipient slot besides the common ones.
 pub const FIELDS: &[&str] = &["recipient_types", "age"];
+/// The optional field that keeps the recipients' public keys (sharing volumes only).
+pub const KEYS_FIELD: &str = "recipient_keys";
 /// Largest `age` field accepted (an ssh-rsa 16384-bit stanza is about 3 KiB per recipient).
 pub const MAX_AGE_LEN: usize = 1 << 20;
 
@@ -25,6 +27,8 @@ pub const MAX_AGE_LEN: usize = 1 << 20;
 pub struct Recipients {
     list: Vec<Box<dyn age::Recipient + Send>>,
     types: Vec<String>,
+    /// Each key in its short form (`age1...`, or an ssh key's type and key without comment).
+    keys: Vec<String>,
 }
 
 impl std::fmt::Debug for Recipients {
@@ -44,12 +48,14 @@ impl Recipients {
     pub fn parse(text: &str) -> Result<Self> {
         let mut list: Vec<Box<dyn age::Recipient + Send>> = Vec::new();
         let mut types = Vec::new();
+        let mut keys = Vec::new();
         for (n, line) in text.lines().enumerate() {
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
             let bad = |m: String| Error::Refused(format!("recipient on line {}: {m}", n + 1));
+            keys.push(short_key(line));
             if line.starts_with("age1") {
                 let r: age::x25519::Recipient = line
                     .parse()
@@ -85,8 +91,23 @@ impl Recipients {
         if list.is_empty() {
             return Err(Error::Refused("no recipient given".into()));
         }
-        Ok(Self { list, types })
+        Ok(Self { list, types, keys })
     }
+}
+
+/// A recipient line's key without an ssh key's comment: what identifies the key.
+pub fn short_key(line: &str) -> String {
+    line.split_whitespace()
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The public keys a recipient slot of a sharing volume keeps (field `recipient_keys`, short
+/// forms separated by commas), `None` for a slot that keeps none.
+pub fn slot_keys(slot: &KeySlot) -> Option<Vec<String>> {
+    let v = slot.fields().get(KEYS_FIELD)?;
+    Some(v.split(',').map(String::from).collect())
 }
 
 /// Encrypts `kek` to `recipients`: the binary age file.
@@ -165,11 +186,16 @@ pub fn decrypt_armored(data: &[u8], ids: &Identities) -> Result<Option<Zeroizing
     }
 }
 
-/// Fields of a new recipient slot, with a fresh random KEK.
-pub fn new_slot(recipients: &Recipients) -> Result<(Fields, Kek)> {
+/// Fields of a new recipient slot, with a fresh random KEK. `keep_keys` (a sharing volume,
+/// whose file headers name their recipients anyway) also stores the public keys, so that fsck
+/// can tell the members' keys from others.
+pub fn new_slot(recipients: &Recipients, keep_keys: bool) -> Result<(Fields, Kek)> {
     let kek = Kek::random();
     let mut f = Fields::new();
     f.insert("recipient_types".into(), recipients.types.join(","));
+    if keep_keys {
+        f.insert(KEYS_FIELD.into(), recipients.keys.join(","));
+    }
     f.insert("age".into(), b64(&encrypt(recipients, &kek)?));
     Ok((f, kek))
 }
@@ -305,7 +331,7 @@ mod tests {
         use age::secrecy::ExposeSecret;
         let recipients = Recipients::parse(&format!("# mine\n{}\n", id.to_public())).unwrap();
         assert_eq!(recipients.types(), ["x25519"]);
-        let (f, want) = new_slot(&recipients).unwrap();
+        let (f, want) = new_slot(&recipients, false).unwrap();
         let slot = KeySlot {
             fields: {
                 let mut all = f.clone();

@@ -164,6 +164,26 @@ pub struct Report {
     pub contents_unchecked: Option<String>,
     /// In an adopted tree: the plaintext files not yet encrypted (plaintext paths).
     pub plaintext: Vec<std::path::PathBuf>,
+    /// On a sharing volume: who can open what, by the keys the key slots keep.
+    pub sharing: Option<SharingReport>,
+}
+
+/// Who can open the files of a sharing volume, as far as the key slots tell: a recipient slot
+/// keeps its public keys (`recipient_keys`, FORMAT.md 5.5), so a file's entries can be told
+/// apart into members' keys and others. Findings, not problems: sharing a file with someone
+/// outside the volume is allowed.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SharingReport {
+    /// Public keys the recipient slots keep (short forms).
+    pub member_keys: Vec<String>,
+    /// Recipient slots that keep no public keys (made by an earlier cloakfs): their members'
+    /// keys count as unknown below.
+    pub slots_without_keys: Vec<u32>,
+    /// Files (plaintext paths, `/...`) with no entry for any member key: no member can open
+    /// them.
+    pub no_member_can_open: Vec<String>,
+    /// Entries for keys no slot keeps, as (file, key).
+    pub unknown_keys: Vec<(String, String)>,
 }
 
 impl Report {
@@ -192,6 +212,21 @@ struct Checker<'a> {
     cipherdir: PathBuf,
     /// Long symlink targets that symlinks point to.
     long_targets_used: HashSet<String>,
+}
+
+/// The member keys the recipient slots of a sharing volume keep.
+fn sharing_members(volume: &Volume) -> SharingReport {
+    let mut r = SharingReport::default();
+    for slot in volume.config().slots() {
+        if slot.kind() != crate::slots::kind::RECIPIENT {
+            continue;
+        }
+        match crate::slots::recipient::slot_keys(slot) {
+            Some(keys) => r.member_keys.extend(keys),
+            None => r.slots_without_keys.push(slot.id()),
+        }
+    }
+    r
 }
 
 /// Checks the volume at `cipherdir` (see the module documentation). The volume must not be in
@@ -224,6 +259,9 @@ pub fn check(
         long_targets_used: HashSet::new(),
     };
     c.config(cipherdir);
+    if volume.is_sharing() {
+        c.report.sharing = Some(sharing_members(volume));
+    }
     for item in Walker::new(volume, cipherdir) {
         match item {
             Item::Entry(e) => {
@@ -294,6 +332,33 @@ impl Checker<'_> {
         }
     }
 
+    /// Sorts the entries of a sharing volume's file into members' keys and others. The list
+    /// is read as it stands (its authenticity is checked when the file is opened, below, by
+    /// whoever holds an entry); a list that does not parse is left to that check.
+    fn recipients(&mut self, file: &std::fs::File, plain: &Path, len: u64) {
+        let Ok(Some(bytes)) = crate::io::header::read(self.volume.content(), file, len) else {
+            return;
+        };
+        let Ok(header) = crate::format::filekey::SharedHeader::parse(&bytes) else {
+            return;
+        };
+        let Some(sh) = self.report.sharing.as_mut() else {
+            return;
+        };
+        let mut opens = false;
+        for g in &header.grants {
+            let key = crate::slots::recipient::short_key(&g.recipient);
+            if sh.member_keys.contains(&key) {
+                opens = true;
+            } else {
+                sh.unknown_keys.push((display_plain(plain), key));
+            }
+        }
+        if !opens {
+            sh.no_member_can_open.push(display_plain(plain));
+        }
+    }
+
     fn config(&mut self, cipherdir: &Path) {
         let cfg = self.volume.config();
         self.report.counts.slots = cfg.slots().len() as u64;
@@ -357,6 +422,10 @@ impl Checker<'_> {
 
     fn file(&mut self, backing: &Path, plain: &Path, meta: &std::fs::Metadata) {
         let file = match std::fs::File::open(backing) {
+            Ok(f) if self.report.sharing.is_some() => {
+                self.recipients(&f, plain, meta.len());
+                f
+            }
             Ok(f) => f,
             Err(e) => {
                 self.push(
