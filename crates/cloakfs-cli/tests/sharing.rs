@@ -425,12 +425,12 @@ fn bad_input_fails_with_one_clear_line() {
     );
     assert_fails(&offline(&["list", "nothing-here"]), 5, "no such file");
 
-    // Rekey of a sharing volume is refused (file keys are per file), and so is a sharing
-    // volume without a stored key (members are key slots).
+    // Rekey keeps the members' slots only when told to drop them (they need their own
+    // secrets), and a sharing volume without a stored key is refused (members are key slots).
     assert_fails(
         &t.f.run(&["rekey", s(&t.f.cipher), "--passfile", s(&t.f.pass)]),
         2,
-        "rekey of a sharing volume is not supported",
+        "--drop-other-slots",
     );
     let other = Fixture::bare();
     let out = other.init(&["--sharing", "--no-stored-key"]);
@@ -629,4 +629,67 @@ fn fsck_reports_who_can_open_what_and_broken_lists() {
     assert!(!out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("/plan.txt"), "{text}");
+}
+
+/// rekey of a sharing volume moves names and metadata to the new master key and leaves each
+/// file's own key (and so who can open it) as it was.
+#[test]
+fn rekey_keeps_every_file_s_recipients() {
+    let t = team();
+    let ma = t.mount(&t.alice, "alice");
+    std::fs::create_dir(ma.0.join("docs")).unwrap();
+    std::fs::write(ma.0.join("docs/plan.txt"), "plan\n").unwrap();
+    ok(&cloakfs(&[
+        "share",
+        "add",
+        s(&ma.0.join("docs/plan.txt")),
+        "--recipient",
+        &t.bob.1,
+    ]));
+    ma.unmount();
+    let before: Vec<String> = std::fs::read_dir(&t.f.cipher)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    // Only the passphrase slot can be re-wrapped; the members are added again afterwards.
+    ok(&t.f.run(&[
+        "rekey",
+        "--passfile",
+        s(&t.f.pass),
+        "--drop-other-slots",
+        s(&t.f.cipher),
+    ]));
+    let after: Vec<String> = std::fs::read_dir(&t.f.cipher)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    let renamed = (before.iter()).filter(|n| !n.starts_with("cloakfs.") && !after.contains(n));
+    assert!(
+        renamed.count() > 0,
+        "names were not re-encrypted: {before:?} {after:?}"
+    );
+    for (who, label) in [(&t.alice, "alice"), (&t.bob, "bob"), (&t.carol, "carol")] {
+        let r = if label == "carol" {
+            format!("{}.pub", who.0.display())
+        } else {
+            who.1.clone()
+        };
+        ok(&t.f.run(&[
+            "slots",
+            "add",
+            s(&t.f.cipher),
+            "--passfile",
+            s(&t.f.pass),
+            "--recipient",
+            &r,
+            "--label",
+            label,
+        ]));
+    }
+    assert_eq!(ok(&t.cat(&t.alice, "docs/plan.txt")), "plan\n");
+    assert_eq!(ok(&t.cat(&t.bob, "docs/plan.txt")), "plan\n");
+    assert!(!t.cat(&t.carol, "docs/plan.txt").status.success());
+    let out =
+        t.f.run(&["fsck", s(&t.f.cipher), "--identity", s(&t.alice.0)]);
+    assert!(out.status.success(), "{}", stderr(&out));
 }

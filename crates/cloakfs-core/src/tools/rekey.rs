@@ -394,15 +394,6 @@ pub fn start(
     progress: &dyn Progress,
 ) -> Result<Summary> {
     check_not_mounted(cipherdir)?;
-    if volume.is_sharing() {
-        // Its file contents are under per-file keys, not the master key; rekeying its names
-        // and metadata alone is not implemented yet.
-        return Err(Error::Refused(
-            "rekey of a sharing volume is not supported yet (file keys are per file: use \
-             `cloakfs share remove` to re-key a file)"
-                .into(),
-        ));
-    }
     let _lock = lock_volume(cipherdir)?;
     check_not_rekeying(cipherdir)?;
     if volume.content().suite().header_len() == 0 {
@@ -752,6 +743,13 @@ impl<'a> Engine<'a> {
                 let path = dir.join(name);
                 let meta = std::fs::symlink_metadata(&path)?;
                 let t = meta.file_type();
+                if t.is_file() && self.to.is_sharing() {
+                    // Its contents are under its own file key (FORMAT.md 18), not the master
+                    // key: only its xattrs move. (`share remove` gives a file a new key.)
+                    self.xattrs(&path)?;
+                    self.progress.advance(meta.len(), 1);
+                    continue;
+                }
                 if t.is_file() {
                     self.reported = 0;
                     self.file(&path, &meta)?;
