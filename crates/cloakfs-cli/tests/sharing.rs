@@ -300,6 +300,14 @@ fn withdrawal_through_a_mount_shuts_the_member_out_at_once() {
         2,
         "only recipient",
     );
+    let second_name = ma.0.join("plan-link.txt");
+    std::fs::hard_link(&plan, &second_name).unwrap();
+    assert_fails(
+        &cloakfs(&["share", "remove", s(&plan), "--recipient", &t.bob.1]),
+        2,
+        "several names (hard links)",
+    );
+    std::fs::remove_file(&second_name).unwrap();
     let open_here = std::fs::File::open(&plan).unwrap();
     assert_fails(
         &cloakfs(&["share", "remove", s(&plan), "--recipient", &t.bob.1]),

@@ -343,6 +343,11 @@ fn withdraw_mounted(path: &Path, shown: &Path, text: &str) -> Result<()> {
             "{p}: that is the file's only recipient: nobody could open it afterwards"
         )));
     }
+    if std::fs::metadata(path).is_ok_and(|m| std::os::unix::fs::MetadataExt::nlink(&m) > 1) {
+        return Err(Failure::usage(format!(
+            "{p}: the file has several names (hard links): withdrawing it is not supported"
+        )));
+    }
     let ask = || {
         rustix::fs::setxattr(
             path,
