@@ -170,6 +170,13 @@ impl CloakFs {
         if inode.is_plain() {
             return self.open_plain(&inode, fh, flags);
         }
+        // A sharing volume's withdrawal replaces the backing file under its name (in this mount
+        // or another): ESTALE makes the kernel look the name up again and open the new file, so
+        // a withdrawn member gets EACCES there and the old node's cached pages are never served
+        // to a new open, even while an older handle still has the old file open.
+        if self.codec.key_source().is_wrapped() && inode.replaced() {
+            return Err(Errno::ESTALE);
+        }
         let f = inode
             .acquire(
                 &self.codec,

@@ -265,6 +265,23 @@ impl Inode {
         self.state().lost = None;
     }
 
+    /// Runs `f` while nothing has the file open, holding the open state's lock so that nothing
+    /// opens it meanwhile (a withdrawal replaces the backing file); `None`, without running
+    /// `f`, if a handle or an operation has it open.
+    pub(crate) fn while_closed<R>(&self, f: impl FnOnce() -> R) -> Option<R> {
+        let st = self.state();
+        if st.users > 0 || st.file.is_some() || !st.handles.is_empty() {
+            return None;
+        }
+        Some(f())
+    }
+
+    /// Whether the backing file has no name left: replaced under its name (a withdrawal,
+    /// here or in another mount) or removed, since the kernel looked it up.
+    pub(crate) fn replaced(&self) -> bool {
+        rustix::fs::fstat(self.fd()).is_ok_and(|m| m.st_nlink == 0)
+    }
+
     /// Registers open handle `fh` (after a successful open or create).
     pub(crate) fn opened(&self, fh: u64) {
         self.state().handles.insert(fh);
@@ -388,6 +405,11 @@ impl InodeTable {
             .last_used
             .store(self.clock.load(Ordering::Relaxed), Ordering::Relaxed);
         Some(inode)
+    }
+
+    /// The directory node and the name the kernel last looked node `nodeid` up by.
+    pub(crate) fn seen_as(&self, nodeid: u64) -> Option<SeenAs> {
+        self.read().nodes.get(&nodeid)?.seen_as.clone()
     }
 
     /// The node of backing object (`dev`, `ino`), if the kernel knows one.

@@ -168,6 +168,16 @@ impl CloakFs {
         if inode.kind != Kind::File {
             return Err(Errno::EISDIR);
         }
+        if inode.replaced() {
+            // Withdrawn meanwhile (see `do_open`): the kernel looks the name up again.
+            return Err(Errno::ESTALE);
+        }
+        if op == b"remove" {
+            return match value {
+                Some(v) => self.share_remove(&inode, v),
+                None => Err(enodata()),
+            };
+        }
         let writable = value.is_some();
         if writable {
             self.writable()?;
@@ -206,6 +216,36 @@ impl CloakFs {
         drop(f);
         inode.release();
         out
+    }
+
+    /// Withdraws file `inode` from the recipient in `value`: the core re-encrypts it under a
+    /// fresh file key into a temporary next to it and renames that over it, while the node's
+    /// open state is locked so nothing opens it meanwhile (EBUSY while a handle has it open:
+    /// the handle would go on with the old file). The old node then leads to an unlinked file,
+    /// which an open answers with ESTALE, so the kernel looks the name up again.
+    fn share_remove(&self, inode: &Inode, value: &[u8]) -> Res<Vec<u8>> {
+        self.writable()?;
+        let text = std::str::from_utf8(value).map_err(|_| Errno::EINVAL)?;
+        let (parent, name) = self.inodes.seen_as(inode.nodeid).ok_or(Errno::ESTALE)?;
+        let dir = self.node(INodeNo(parent))?;
+        let stored = backing_name(dir.fd(), inode.fd())?;
+        let backing = std::path::PathBuf::from(sys::proc_path(dir.fd())).join(stored);
+        let done = inode
+            .while_closed(|| cloakfs_core::tools::share::remove(&self.volume, &backing, text))
+            .ok_or(Errno::EBUSY)?;
+        done.map_err(|e| match e {
+            cloakfs_core::Error::Refused(_) | cloakfs_core::Error::InvalidName => Errno::EINVAL,
+            e => self.fail(&e, inode.fd(), Some("sharing")),
+        })?;
+        // Drop the kernel's name now rather than at the next open. Not from this worker: the
+        // kernel takes the directory's lock for it (see `prune`).
+        let notifier = self.coherence.notifier();
+        std::thread::spawn(move || {
+            if let Some(n) = notifier.get() {
+                let _ = n.inval_entry(INodeNo(parent), OsStr::from_bytes(&name));
+            }
+        });
+        Ok(Vec::new())
     }
 
     /// A directory's default recipients: set (`value`: recipient lines, empty to clear) or get.
@@ -402,4 +442,26 @@ impl CloakFs {
             .remove(OsStr::from_bytes(backing_name))
             .map_err(errno)
     }
+}
+
+/// The name in backing directory `dir` of backing object `node` (found by its inode number:
+/// a withdrawal is rare, and the node keeps no name of its own).
+fn backing_name(dir: BorrowedFd<'_>, node: BorrowedFd<'_>) -> Res<std::ffi::OsString> {
+    let ino = rustix::fs::fstat(node).map_err(errno)?.st_ino;
+    let fd = sys::reopen(
+        dir,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY,
+    )
+    .map_err(errno)?;
+    let entries = rustix::fs::Dir::read_from(&fd).map_err(errno)?;
+    for e in entries {
+        let e = e.map_err(errno)?;
+        if e.ino() == ino {
+            let name = e.file_name().to_bytes();
+            if name != b"." && name != b".." {
+                return Ok(OsStr::from_bytes(name).to_os_string());
+            }
+        }
+    }
+    Err(Errno::ESTALE)
 }

@@ -17,6 +17,9 @@ pub mod xattr {
     pub const ADD: &str = "user.cloakfs.share.add";
     /// Get: the file's recipients, one per line.
     pub const LIST: &str = "user.cloakfs.share.list";
+    /// Set: withdraw the file from the recipient in the value (a fresh file key, the file
+    /// re-encrypted; EBUSY while a handle has the file open).
+    pub const REMOVE: &str = "user.cloakfs.share.remove";
     /// Set or get a directory's default recipients (an empty value clears them).
     pub const DEFAULT: &str = "user.cloakfs.share.default";
 }
@@ -291,11 +294,12 @@ fn change(a: ChangeArgs, add: bool) -> Result<()> {
     }
     let path = mounted(&t.path)?;
     if !add {
-        return Err(Failure::usage(format!(
-            "{}: `share remove` re-encrypts the file and is done offline: unmount the volume \
-             and run `cloakfs share remove --volume CIPHERDIR PATH --recipient KEY`",
+        withdraw_mounted(&path, &t.path, &text)?;
+        println!(
+            "Withdrew {} from that key; it has a fresh file key.",
             t.path.display()
-        )));
+        );
+        return Ok(());
     }
     rustix::fs::setxattr(
         &path,
@@ -306,6 +310,74 @@ fn change(a: ChangeArgs, add: bool) -> Result<()> {
     .map_err(|e| mount_failure(&t.path, e.into()))?;
     println!("Granted {}.", t.path.display());
     Ok(())
+}
+
+/// The recipients of the mounted file at `path`, as its mount reports them.
+fn mounted_recipients(path: &Path, shown: &Path) -> Result<Vec<String>> {
+    let mut buf = vec![0u8; 65536];
+    let n = rustix::fs::getxattr(path, xattr::LIST, &mut buf)
+        .map_err(|e| mount_failure(shown, e.into()))?;
+    Ok(String::from_utf8_lossy(&buf[..n])
+        .lines()
+        .map(String::from)
+        .collect())
+}
+
+/// Asks the mount holding `path` to withdraw the file from `text` (one recipient), after
+/// checking what it can say clearly itself: the mount answers a refusal with EINVAL alone.
+fn withdraw_mounted(path: &Path, shown: &Path, text: &str) -> Result<()> {
+    use cloakfs_core::format::filekey::{recipient_lines, same_key};
+    let p = shown.display();
+    let target = recipient_lines(text)?;
+    let [target] = &target[..] else {
+        return Err(Failure::usage(format!("{p}: give one recipient to remove")));
+    };
+    let current = mounted_recipients(path, shown)?;
+    if !current.iter().any(|r| same_key(r, target)) {
+        return Err(Failure::usage(format!(
+            "{p}: that key is not a recipient of this file"
+        )));
+    }
+    if current.len() == 1 {
+        return Err(Failure::usage(format!(
+            "{p}: that is the file's only recipient: nobody could open it afterwards"
+        )));
+    }
+    if std::fs::metadata(path).is_ok_and(|m| std::os::unix::fs::MetadataExt::nlink(&m) > 1) {
+        return Err(Failure::usage(format!(
+            "{p}: the file has several names (hard links): withdrawing it is not supported"
+        )));
+    }
+    let ask = || {
+        rustix::fs::setxattr(
+            path,
+            xattr::REMOVE,
+            text.as_bytes(),
+            rustix::fs::XattrFlags::empty(),
+        )
+    };
+    // The kernel tells a mount that a handle was closed after close(2) has returned, so a file
+    // written just before (`echo plan > f; cloakfs share remove f ...`) may still count as
+    // open for a moment: asked again for up to a second before the handle is reported.
+    let mut answer = ask();
+    for _ in 0..50 {
+        if answer != Err(rustix::io::Errno::BUSY) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        answer = ask();
+    }
+    answer.map_err(|e| match e {
+        rustix::io::Errno::BUSY => Failure::other(format!(
+            "{p}: the file is open in its mount: close it there, then withdraw (the open \
+             handle would go on with the old file)"
+        )),
+        rustix::io::Errno::INVAL => Failure::other(format!(
+            "{p}: the mount refused the withdrawal (a file with several names, or its \
+             recipients changed meanwhile; see its log)"
+        )),
+        e => mount_failure(shown, e.into()),
+    })
 }
 
 fn list(a: ListArgs) -> Result<()> {

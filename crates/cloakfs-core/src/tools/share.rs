@@ -8,6 +8,7 @@
 use crate::error::{Error, Result};
 use crate::format::filekey::{recipient_lines, same_key, FileKeySource, SharedHeader, WrappedKeys};
 use crate::io::file::ContentFile;
+use crate::io::xattrs;
 use crate::slots::recipient::Recipients;
 use crate::volume::Volume;
 use std::fs::File;
@@ -148,12 +149,31 @@ pub fn remove(volume: &Volume, backing: &Path, recipient: &str) -> Result<()> {
             opened.cipher.seal(b, &plain[..len], &mut sealed);
             out.write_all_at(&sealed, layout.cipher_offset(b))?;
         }
-        out.set_permissions(std::fs::Permissions::from_mode(meta.mode() & 0o7777))?;
+        // The file keeps what its users see: owner (first: chown clears set-id bits), mode,
+        // extended attributes (stored as they are: they are under the volume key, not the
+        // file key) and times.
         let _ = rustix::fs::fchown(
             &out,
             Some(rustix::fs::Uid::from_raw(meta.uid())),
             Some(rustix::fs::Gid::from_raw(meta.gid())),
         );
+        out.set_permissions(std::fs::Permissions::from_mode(meta.mode() & 0o7777))?;
+        for name in xattrs::list(backing)? {
+            let value = xattrs::get(backing, &name)?;
+            match xattrs::set(&tmp, &name, &value) {
+                Err(_) if name.starts_with(b"security.") => {}
+                r => r?,
+            }
+        }
+        let at = |s: i64, ns: i64| rustix::fs::Timespec {
+            tv_sec: s,
+            tv_nsec: ns as _,
+        };
+        let times = rustix::fs::Timestamps {
+            last_access: at(meta.atime(), meta.atime_nsec()),
+            last_modification: at(meta.mtime(), meta.mtime_nsec()),
+        };
+        rustix::fs::futimens(&out, &times).map_err(std::io::Error::from)?;
         out.sync_all()?;
         std::fs::rename(&tmp, backing)?;
         File::open(dir)?.sync_all()?;
