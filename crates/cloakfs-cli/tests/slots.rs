@@ -1639,6 +1639,9 @@ fn a_volume_rekeyed_elsewhere_is_accepted_only_when_asked() {
         2,
         "not a key fingerprint",
     );
+    // A fingerprint is base64url, so one in 64 starts with '-': still a value, not an option.
+    let dashed = format!("-{}", &wrong[1..]);
+    assert_fails(&accept(&["--fingerprint", &dashed]), 3, "not to");
     assert_fails(
         &f.run(&["slots", "test", "--passfile", s(&f.pass), s(&f.cipher)]),
         3,

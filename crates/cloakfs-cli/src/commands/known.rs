@@ -35,7 +35,7 @@ pub struct AcceptArgs {
     pub unlock: UnlockArgs,
     /// The fingerprint you expect, as shown on a machine you trust (`cloakfs rekey` and
     /// `cloakfs init` print it); without it, you are asked on the terminal.
-    #[arg(long, value_name = "FINGERPRINT")]
+    #[arg(long, value_name = "FINGERPRINT", allow_hyphen_values = true)]
     pub fingerprint: Option<String>,
     /// The volume's cipher directory.
     pub cipherdir: PathBuf,
