@@ -321,6 +321,49 @@ fn sqlite_from_both(st: &Store, n: usize) {
     }
 }
 
+/// Both clients create (O_TRUNC), rename and unlink the same four names at once: each call
+/// succeeds or says ENOENT, as on a local file system, and afterwards each name is absent
+/// or holds one whole write, the same on both clients.
+fn name_races(st: &Store) {
+    const NAMES: usize = 4;
+    const STEPS: usize = 150;
+    fs::create_dir(st.p(0, "names")).unwrap();
+    let payload = |c: usize, i: usize| format!("client {c} step {i:04}").into_bytes();
+    std::thread::scope(|s| {
+        for c in 0..2 {
+            s.spawn(move || {
+                for i in 0..STEPS {
+                    let a = st.p(c, &format!("names/n{}", (i + c) % NAMES));
+                    let b = st.p(c, &format!("names/n{}", (i * 3 + 1 + c) % NAMES));
+                    let r = match i % 3 {
+                        0 => fs::write(&a, payload(c, i)),
+                        1 => fs::rename(&a, &b),
+                        _ => fs::remove_file(&a),
+                    };
+                    if let Err(e) = r {
+                        assert_eq!(e.kind(), ErrorKind::NotFound, "client {c}, step {i}: {e}");
+                    }
+                }
+            });
+        }
+    });
+    let state = |c: usize| -> Vec<Option<Vec<u8>>> {
+        (0..NAMES)
+            .map(|k| match fs::read(st.p(c, &format!("names/n{k}"))) {
+                Ok(data) => Some(data),
+                Err(e) if e.kind() == ErrorKind::NotFound => None,
+                Err(e) => panic!("client {c}, n{k}: {e}"),
+            })
+            .collect()
+    };
+    let seen = state(0);
+    for data in seen.iter().flatten() {
+        let whole = (0..2).any(|c| (0..STEPS).any(|i| *data == payload(c, i)));
+        assert!(whole, "{}", String::from_utf8_lossy(data));
+    }
+    assert_eq!(state(1), seen, "both clients see the same names");
+}
+
 fn slow() -> bool {
     std::env::var_os("CLOAKFS_SLOW_TESTS").is_some_and(|v| v == "1")
 }
@@ -341,6 +384,13 @@ fn gluster_two_clients_stay_consistent() {
 fn gluster_sqlite_from_both_clients() {
     let st = Store::up("gluster");
     sqlite_from_both(&st, if slow() { 500 } else { 200 });
+    st.fsck_clean();
+}
+
+#[test]
+fn gluster_name_races() {
+    let st = Store::up("gluster");
+    name_races(&st);
     st.fsck_clean();
 }
 
