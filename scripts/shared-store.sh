@@ -9,7 +9,8 @@
 #   scripts/shared-store.sh brick-start DIR  starts the killed brick again
 #
 # The clients are DIR/m1 and DIR/m2. GlusterFS refuses loopback addresses, so glusterd, its
-# bricks and its clients run in a network namespace of their own (cfsh-<pid>) with an address
+# bricks and its clients run in a network namespace of their own (cfsh-<pid>, or
+# $SHARED_STORE_PREFIX-<pid>) with an address
 # on that namespace's lo: no traffic leaves it. Its state lives under DIR, not /var/lib.
 # `down` is idempotent and also cleans up after a partial `up`.
 set -euo pipefail
@@ -27,8 +28,8 @@ gluster_cli() { # DIR ARGS...
 
 up_gluster() {
     local d=$1 ns vol
-    ns="cfsh-$$"
-    vol="cfsh-$$"
+    ns="${SHARED_STORE_PREFIX:-cfsh}-$$"
+    vol="$ns"
     echo "$ns" >"$d/netns"
     echo "$vol" >"$d/volume"
     echo gluster >"$d/kind"

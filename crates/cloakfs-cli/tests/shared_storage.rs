@@ -27,7 +27,12 @@ struct Store {
 
 impl Store {
     fn up(kind: &str) -> Store {
-        let tmp = tempfile::Builder::new().prefix("cfsh-").tempdir().unwrap();
+        // The script names its network namespace after the same prefix.
+        let prefix = std::env::var("SHARED_STORE_PREFIX").unwrap_or_else(|_| "cfsh".into());
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!("{prefix}-"))
+            .tempdir()
+            .unwrap();
         let dir = tmp.path().join("store");
         let mut store = Store {
             dir: dir.clone(),
@@ -261,6 +266,104 @@ fn many_creates(st: &Store, n: usize) {
     }
 }
 
+/// One client's SQLite writer: `n` transactions (`BEGIN IMMEDIATE`, one INSERT, COMMIT) into
+/// table `t` of database argv[1], as client argv[2], with SQLite's default rollback journal,
+/// which each commit creates and deletes (the other client's opens race with that).
+const SQLITE_WRITER: &str = r#"
+import sqlite3, sys
+db, client, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+con = sqlite3.connect(db, timeout=120, isolation_level=None)
+assert con.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+for i in range(n):
+    con.execute("BEGIN IMMEDIATE")
+    con.execute("INSERT INTO t VALUES (?, ?)", (client, i))
+    con.execute("COMMIT")
+"#;
+
+/// SQLite's answer to `sql` on database `db`, or the error.
+fn sqlite(db: &Path, sql: &str) -> String {
+    let out = Command::new("sqlite3").arg(db).arg(sql).output().unwrap();
+    assert!(out.status.success(), "sqlite3 {sql}: {}", stderr(&out));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Both clients insert `n` rows each into one SQLite database at once (rollback journal,
+/// locks through the store): afterwards both see every row and the database is intact.
+fn sqlite_from_both(st: &Store, n: usize) {
+    sqlite(
+        &st.p(0, "rows.db"),
+        "CREATE TABLE t (client INTEGER, i INTEGER)",
+    );
+    let writers: Vec<_> = (0..2)
+        .map(|c| {
+            Command::new("python3")
+                .args(["-c", SQLITE_WRITER])
+                .arg(st.p(c, "rows.db"))
+                .args([c.to_string(), n.to_string()])
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (c, w) in writers.into_iter().enumerate() {
+        let out = w.wait_with_output().unwrap();
+        assert!(out.status.success(), "client {c}: {}", stderr(&out));
+    }
+    for c in 0..2 {
+        let db = st.p(c, "rows.db");
+        assert_eq!(sqlite(&db, "PRAGMA integrity_check"), "ok", "client {c}");
+        let counted = "SELECT count(*), count(DISTINCT client * 1000000 + i) FROM t";
+        assert_eq!(
+            sqlite(&db, counted),
+            format!("{0}|{0}", 2 * n),
+            "client {c}"
+        );
+    }
+}
+
+/// Both clients create (O_TRUNC), rename and unlink the same four names at once: each call
+/// succeeds or says ENOENT, as on a local file system, and afterwards each name is absent
+/// or holds one whole write, the same on both clients.
+fn name_races(st: &Store) {
+    const NAMES: usize = 4;
+    const STEPS: usize = 150;
+    fs::create_dir(st.p(0, "names")).unwrap();
+    let payload = |c: usize, i: usize| format!("client {c} step {i:04}").into_bytes();
+    std::thread::scope(|s| {
+        for c in 0..2 {
+            s.spawn(move || {
+                for i in 0..STEPS {
+                    let a = st.p(c, &format!("names/n{}", (i + c) % NAMES));
+                    let b = st.p(c, &format!("names/n{}", (i * 3 + 1 + c) % NAMES));
+                    let r = match i % 3 {
+                        0 => fs::write(&a, payload(c, i)),
+                        1 => fs::rename(&a, &b),
+                        _ => fs::remove_file(&a),
+                    };
+                    if let Err(e) = r {
+                        assert_eq!(e.kind(), ErrorKind::NotFound, "client {c}, step {i}: {e}");
+                    }
+                }
+            });
+        }
+    });
+    let state = |c: usize| -> Vec<Option<Vec<u8>>> {
+        (0..NAMES)
+            .map(|k| match fs::read(st.p(c, &format!("names/n{k}"))) {
+                Ok(data) => Some(data),
+                Err(e) if e.kind() == ErrorKind::NotFound => None,
+                Err(e) => panic!("client {c}, n{k}: {e}"),
+            })
+            .collect()
+    };
+    let seen = state(0);
+    for data in seen.iter().flatten() {
+        let whole = (0..2).any(|c| (0..STEPS).any(|i| *data == payload(c, i)));
+        assert!(whole, "{}", String::from_utf8_lossy(data));
+    }
+    assert_eq!(state(1), seen, "both clients see the same names");
+}
+
 fn slow() -> bool {
     std::env::var_os("CLOAKFS_SLOW_TESTS").is_some_and(|v| v == "1")
 }
@@ -274,6 +377,20 @@ fn gluster_two_clients_stay_consistent() {
     locks_reach_the_store(&st);
     mkdir_races(&st);
     many_creates(&st, if slow() { 500 } else { 100 });
+    st.fsck_clean();
+}
+
+#[test]
+fn gluster_sqlite_from_both_clients() {
+    let st = Store::up("gluster");
+    sqlite_from_both(&st, if slow() { 500 } else { 200 });
+    st.fsck_clean();
+}
+
+#[test]
+fn gluster_name_races() {
+    let st = Store::up("gluster");
+    name_races(&st);
     st.fsck_clean();
 }
 

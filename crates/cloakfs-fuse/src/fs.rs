@@ -273,7 +273,8 @@ impl CloakFs {
 
     /// Fresh attributes of `inode`.
     pub(crate) fn stat(&self, inode: &Inode) -> Res<FileAttr> {
-        self.coherence.sharing.refresh_attrs(inode.fd());
+        // A failure shows in the fstat that follows.
+        let _ = self.coherence.sharing.refresh_attrs(inode.fd());
         let st = rustix::fs::fstat(inode.fd()).map_err(errno)?;
         Ok(self.attr_of(inode, &Meta::from_stat(&st)))
     }
@@ -287,7 +288,17 @@ impl CloakFs {
         name: &OsStr,
         kind: Option<fuser::FileType>,
     ) -> Res<(Arc<Inode>, FileAttr)> {
-        let fd = sys::open_node(parent.fd(), backing, kind, self.local_opens).map_err(errno)?;
+        let open = || sys::open_node(parent.fd(), backing, kind, self.local_opens).map_err(errno);
+        let mut fd = open()?;
+        if self.coherence.sharing.refresh_attrs(fd.fd()) == Err(rustix::io::Errno::STALE) {
+            // The store's client resolved the name from its own cache to an object another
+            // client has removed or replaced since (GlusterFS keeps names for a second, and an
+            // O_PATH open never asks the store). A stat by name that must ask the store gets
+            // ESTALE, which the kernel answers by looking the name up again at the store
+            // (LOOKUP_REVAL): the name is then current, gone or the other client's new file.
+            self.coherence.forget_stale_name(parent.fd(), backing);
+            fd = open()?;
+        }
         self.lookup_fd(fd, parent, name)
     }
 

@@ -16,9 +16,10 @@ use crate::sys::{errno, Res};
 use cloakfs_core::io::file::ContentFile;
 use cloakfs_core::io::shared::{app_lock_range, ofd_conflict, ofd_lock, wait_for_lock, Sharing};
 use fuser::{Errno, FopenFlags, INodeNo, InitFlags, Notifier};
-use rustix::fs::OFlags;
+use rustix::fs::{AtFlags, OFlags, StatxFlags};
 use std::collections::HashMap;
 use std::fs::File;
+use std::os::fd::BorrowedFd;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -84,6 +85,18 @@ impl Coherence {
         } else {
             e
         }
+    }
+
+    /// Makes the store's client look backing name `name` in `dir` up again at the store,
+    /// after its cached entry led to an object that is gone (see `CloakFs::lookup_backing`).
+    pub(crate) fn forget_stale_name(&self, dir: BorrowedFd<'_>, name: &str) {
+        // Its result (the new object's attributes, or ENOENT) is read by the lookup after it.
+        let _ = rustix::fs::statx(
+            dir,
+            name,
+            AtFlags::SYMLINK_NOFOLLOW | AtFlags::STATX_FORCE_SYNC,
+            StatxFlags::BASIC_STATS,
+        );
     }
 
     /// The connection's capabilities that depend on sharing: shared, locks passed to us (the

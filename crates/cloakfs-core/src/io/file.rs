@@ -127,7 +127,8 @@ impl ContentFile {
     /// Reads the size and header again (after another client may have changed them), keeping
     /// what is known about the file ID if the header still holds it.
     fn reload(&self, st: &mut State) -> Result<()> {
-        self.sharing.refresh_attrs(&self.file);
+        // A failure shows in the fstat that follows.
+        let _ = self.sharing.refresh_attrs(&self.file);
         let meta = self.file.metadata()?;
         st.size = self.layout().plain_size_lenient(meta.len());
         st.holes = may_have_holes(&meta);

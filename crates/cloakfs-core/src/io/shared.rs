@@ -100,16 +100,18 @@ impl Sharing {
 
     /// Makes the kernel fetch the attributes of `fd`'s file from the store, so that the next
     /// `fstat` shows other clients' changes (a FUSE or network file system otherwise answers
-    /// from its attribute cache). Nothing to do when alone.
-    pub fn refresh_attrs<Fd: AsFd>(&self, fd: Fd) {
+    /// from its attribute cache). Nothing to do when alone. Fails (ESTALE) if the file is no
+    /// longer on the store.
+    pub fn refresh_attrs<Fd: AsFd>(&self, fd: Fd) -> rustix::io::Result<()> {
         if self.is_shared() {
-            let _ = rustix::fs::statx(
+            rustix::fs::statx(
                 fd,
                 "",
                 AtFlags::EMPTY_PATH | AtFlags::STATX_FORCE_SYNC,
                 StatxFlags::BASIC_STATS,
-            );
+            )?;
         }
+        Ok(())
     }
 }
 
