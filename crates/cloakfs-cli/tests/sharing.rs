@@ -72,32 +72,52 @@ fn team() -> Team {
         carol: ssh_key(&dir, "carol_ed25519"),
         f,
     };
-    for (who, label) in [
-        (&team.alice, "alice"),
-        (&team.bob, "bob"),
-        (&team.carol, "carol"),
-    ] {
-        let recipient = if label == "carol" {
-            format!("{}.pub", who.0.display())
-        } else {
-            who.1.clone()
-        };
-        ok(&team.f.run(&[
-            "slots",
-            "add",
-            s(&team.f.cipher),
-            "--passfile",
-            s(&team.f.pass),
-            "--recipient",
-            &recipient,
-            "--label",
-            label,
-        ]));
-    }
+    team.add_member_slots();
     team
 }
 
 impl Team {
+    /// `cloakfs share remove --volume` of `path` from `recipient`, run with `who`'s identity.
+    fn remove_offline(&self, who: &(PathBuf, String), path: &str, recipient: &str) -> Output {
+        self.f.run(&[
+            "share",
+            "remove",
+            "--volume",
+            s(&self.f.cipher),
+            "--identity",
+            s(&who.0),
+            path,
+            "--recipient",
+            recipient,
+        ])
+    }
+
+    /// A recipient slot for each of the three (carol by her ssh public key file).
+    fn add_member_slots(&self) {
+        for (who, label) in [
+            (&self.alice, "alice"),
+            (&self.bob, "bob"),
+            (&self.carol, "carol"),
+        ] {
+            let recipient = if label == "carol" {
+                format!("{}.pub", who.0.display())
+            } else {
+                who.1.clone()
+            };
+            ok(&self.f.run(&[
+                "slots",
+                "add",
+                s(&self.f.cipher),
+                "--passfile",
+                s(&self.f.pass),
+                "--recipient",
+                &recipient,
+                "--label",
+                label,
+            ]));
+        }
+    }
+
     fn mount(&self, who: &(PathBuf, String), name: &str) -> MountGuard {
         let mnt = self.f.tmp.path().join(name);
         std::fs::create_dir_all(&mnt).unwrap();
@@ -215,17 +235,7 @@ fn three_members_grant_read_list_export_and_revoke() {
     assert_eq!(ok(&t.cat(&t.bob, "plan.txt")), "plan v2\n");
     let backing_before = only_file(&t.f.cipher);
     let old_header = std::fs::read(&backing_before).unwrap()[..4096].to_vec();
-    ok(&t.f.run(&[
-        "share",
-        "remove",
-        "--volume",
-        s(&t.f.cipher),
-        "--identity",
-        s(&t.alice.0),
-        "plan.txt",
-        "--recipient",
-        &t.bob.1,
-    ]));
+    ok(&t.remove_offline(&t.alice, "plan.txt", &t.bob.1));
     assert_fails(
         &t.cat(&t.bob, "plan.txt"),
         6,
@@ -683,17 +693,7 @@ fn fsck_reports_who_can_open_what_and_broken_lists() {
     }
     ma.unmount();
     // solo.txt ends up shared with dave alone.
-    ok(&t.f.run(&[
-        "share",
-        "remove",
-        "--volume",
-        s(&t.f.cipher),
-        "--identity",
-        s(&t.alice.0),
-        "solo.txt",
-        "--recipient",
-        &t.alice.1,
-    ]));
+    ok(&t.remove_offline(&t.alice, "solo.txt", &t.alice.1));
 
     let fsck = |extra: &[&str]| {
         t.f.run(
@@ -765,10 +765,13 @@ fn rekey_keeps_every_file_s_recipients() {
         &t.bob.1,
     ]));
     ma.unmount();
-    let before: Vec<String> = std::fs::read_dir(&t.f.cipher)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
+    let names = || -> Vec<String> {
+        std::fs::read_dir(&t.f.cipher)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect()
+    };
+    let before = names();
     // Only the passphrase slot can be re-wrapped; the members are added again afterwards.
     ok(&t.f.run(&[
         "rekey",
@@ -777,33 +780,13 @@ fn rekey_keeps_every_file_s_recipients() {
         "--drop-other-slots",
         s(&t.f.cipher),
     ]));
-    let after: Vec<String> = std::fs::read_dir(&t.f.cipher)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
+    let after = names();
     let renamed = (before.iter()).filter(|n| !n.starts_with("cloakfs.") && !after.contains(n));
     assert!(
         renamed.count() > 0,
         "names were not re-encrypted: {before:?} {after:?}"
     );
-    for (who, label) in [(&t.alice, "alice"), (&t.bob, "bob"), (&t.carol, "carol")] {
-        let r = if label == "carol" {
-            format!("{}.pub", who.0.display())
-        } else {
-            who.1.clone()
-        };
-        ok(&t.f.run(&[
-            "slots",
-            "add",
-            s(&t.f.cipher),
-            "--passfile",
-            s(&t.f.pass),
-            "--recipient",
-            &r,
-            "--label",
-            label,
-        ]));
-    }
+    t.add_member_slots();
     assert_eq!(ok(&t.cat(&t.alice, "docs/plan.txt")), "plan\n");
     assert_eq!(ok(&t.cat(&t.bob, "docs/plan.txt")), "plan\n");
     assert!(!t.cat(&t.carol, "docs/plan.txt").status.success());

@@ -447,16 +447,21 @@ fn system_time(secs: i64, nsec: i64) -> SystemTime {
     }
 }
 
-/// Sets access and modification time of `p` from `meta` without following a symlink.
-pub(crate) fn set_times_nofollow(p: &Path, meta: &Metadata) -> std::io::Result<()> {
+/// The access and modification times of `meta`, as the `utimensat` family takes them.
+pub(crate) fn timestamps(meta: &Metadata) -> rustix::fs::Timestamps {
     let ts = |s: i64, ns: i64| rustix::fs::Timespec {
         tv_sec: s,
         tv_nsec: ns as _,
     };
-    let times = rustix::fs::Timestamps {
+    rustix::fs::Timestamps {
         last_access: ts(meta.atime(), meta.atime_nsec()),
         last_modification: ts(meta.mtime(), meta.mtime_nsec()),
-    };
+    }
+}
+
+/// Sets access and modification time of `p` from `meta` without following a symlink.
+pub(crate) fn set_times_nofollow(p: &Path, meta: &Metadata) -> std::io::Result<()> {
+    let times = timestamps(meta);
     rustix::fs::utimensat(
         rustix::fs::CWD,
         p,

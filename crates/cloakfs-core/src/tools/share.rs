@@ -165,14 +165,7 @@ pub fn remove(volume: &Volume, backing: &Path, recipient: &str) -> Result<()> {
                 r => r?,
             }
         }
-        let at = |s: i64, ns: i64| rustix::fs::Timespec {
-            tv_sec: s,
-            tv_nsec: ns as _,
-        };
-        let times = rustix::fs::Timestamps {
-            last_access: at(meta.atime(), meta.atime_nsec()),
-            last_modification: at(meta.mtime(), meta.mtime_nsec()),
-        };
+        let times = crate::tools::export::timestamps(&meta);
         rustix::fs::futimens(&out, &times).map_err(std::io::Error::from)?;
         out.sync_all()?;
         std::fs::rename(&tmp, backing)?;
