@@ -120,7 +120,7 @@ pub enum OnTimeout {
     SleepAll,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 pub struct AttachRequest {
     /// Absolute path of the cipher directory (the daemon opens it as the caller).
     pub cipherdir: String,
@@ -142,6 +142,21 @@ pub struct AttachRequest {
     /// On a sharing volume, the member the attach opens files as (FORMAT.md section 18).
     #[serde(default)]
     pub member: Option<MemberKeys>,
+}
+
+/// Everything but the key, so that no debug line can carry it.
+impl std::fmt::Debug for AttachRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AttachRequest")
+            .field("cipherdir", &self.cipherdir)
+            .field("naming", &self.naming)
+            .field("hidden", &self.hidden)
+            .field("read_only", &self.read_only)
+            .field("key_ttl", &self.key_ttl)
+            .field("callback", &self.callback)
+            .field("member", &self.member)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A sharing volume's member, handed to the daemon with an attach: the texts of its identity
@@ -299,4 +314,35 @@ pub struct SessionInfo {
     pub perms: Vec<String>,
     /// Requests currently blocked waiting for this session to be re-authenticated.
     pub waiting: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_attach_request_s_debug_form_shows_no_secret() {
+        let r = AttachRequest {
+            cipherdir: "/srv/c".into(),
+            naming: Naming::Random,
+            hidden: false,
+            read_only: false,
+            master_key: "MASTER-KEY-BYTES".into(),
+            key_ttl: None,
+            callback: None,
+            member: Some(MemberKeys {
+                identities: vec!["AGE-SECRET-KEY-1XYZ".into()],
+                recipient: "age1pub".into(),
+            }),
+        };
+        let shown = format!("{r:?}");
+        assert!(
+            shown.contains("/srv/c") && shown.contains("age1pub"),
+            "{shown}"
+        );
+        assert!(
+            !shown.contains("MASTER-KEY") && !shown.contains("SECRET-KEY"),
+            "{shown}"
+        );
+    }
 }
