@@ -406,6 +406,7 @@ fn plaintext_entries_keep_their_xattrs_as_they_are() {
 #[test]
 fn export_copies_plaintext_entries_as_they_are_and_decrypts_the_rest() {
     let f = adopted();
+    set_xattr(&f.cipher.join("notes.txt"), "user.note", "kept");
     let m = f.mounted(&[]);
     std::fs::write(
         f.mnt.join("docs/new.txt"),
@@ -420,6 +421,7 @@ fn export_copies_plaintext_entries_as_they_are_and_decrypts_the_rest() {
     assert!(out.status.success(), "export: {}", stderr(&out));
     let read = |p: &str| std::fs::read_to_string(dest.join(p)).unwrap();
     assert_eq!(read("notes.txt"), "plain notes\n");
+    assert_eq!(xattr(&dest.join("notes.txt"), "user.note"), "kept");
     assert_eq!(read("README"), "no dot, stored form\n");
     assert_eq!(read("docs/deep/a.md"), "deep file\n");
     assert_eq!(read("docs/new.txt"), "encrypted inside a plaintext dir");

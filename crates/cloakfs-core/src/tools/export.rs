@@ -325,6 +325,7 @@ impl Exporter<'_> {
             self.report.bytes += n;
             self.progress.advance(n, 0);
             self.owner(target, &meta);
+            self.plain_xattrs(backing, target);
             let _ = set_times_nofollow(target, &meta);
         } else if kind.is_symlink() {
             let t = std::fs::read_link(backing).map_err(|e| e.to_string())?;
@@ -392,6 +393,24 @@ impl Exporter<'_> {
     fn owner(&mut self, target: &Path, meta: &Metadata) {
         if self.root {
             let _ = std::os::unix::fs::lchown(target, Some(meta.uid()), Some(meta.gid()));
+        }
+    }
+
+    /// Copies a plaintext entry's `user.` xattrs as they are (they were never encrypted).
+    fn plain_xattrs(&mut self, backing: &Path, target: &Path) {
+        let Ok(names) = crate::io::xattrs::list(backing) else {
+            return;
+        };
+        for name in names.iter().filter(|n| crate::io::xattrs::is_user(n)) {
+            let copied = crate::io::xattrs::get(backing, name)
+                .and_then(|v| crate::io::xattrs::set(target, name, &v));
+            if let Err(e) = copied {
+                self.report.notes.push(format!(
+                    "{}: xattr {} not copied: {e}",
+                    target.display(),
+                    String::from_utf8_lossy(name)
+                ));
+            }
         }
     }
 
