@@ -177,13 +177,8 @@ impl CloakFs {
         if self.codec.key_source().is_wrapped() && inode.replaced() {
             return Err(Errno::ESTALE);
         }
-        let f = inode
-            .acquire(
-                &self.codec,
-                self.coherence.sharing,
-                writable,
-                self.read_only,
-            )
+        let f = self
+            .acquire(&inode, writable)
             .map_err(|e| self.coherence.stale(self.fail(&e, inode.fd(), None)))?;
         let ready = if trunc {
             f.truncate(0)
@@ -238,9 +233,7 @@ impl CloakFs {
                     self.inodes.forget(inode.nodeid, 1);
                     return Err(e);
                 }
-                if let Err(e) =
-                    inode.acquire(&self.codec, self.coherence.sharing, false, self.read_only)
-                {
+                if let Err(e) = self.acquire(&inode, false) {
                     self.inodes.forget(inode.nodeid, 1);
                     return Err(self.fail(&e, inode.fd(), None));
                 }

@@ -63,6 +63,21 @@ pub(crate) struct CloakFs {
 }
 
 impl CloakFs {
+    /// Registers one user of `inode`'s file (`Inode::acquire`) with this mount's codec,
+    /// coherence and read-only state.
+    pub(crate) fn acquire(
+        &self,
+        inode: &Inode,
+        writable: bool,
+    ) -> cloakfs_core::Result<Arc<ContentFile>> {
+        inode.acquire(
+            &self.codec,
+            self.coherence.sharing,
+            writable,
+            self.read_only,
+        )
+    }
+
     /// Opens the cipher directory's root for serving `volume`. `notifier` is filled in once
     /// the session exists.
     pub(crate) fn new(
@@ -392,13 +407,7 @@ impl CloakFs {
         let (file, temporary) = match inode.current() {
             Some(file) => (file, false),
             None => (
-                inode
-                    .acquire(
-                        &self.codec,
-                        self.coherence.sharing,
-                        writable,
-                        self.read_only,
-                    )
+                self.acquire(inode, writable)
                     .map_err(|e| self.fail(&e, inode.fd(), None))?,
                 true,
             ),

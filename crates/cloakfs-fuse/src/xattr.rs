@@ -182,13 +182,8 @@ impl CloakFs {
         if writable {
             self.writable()?;
         }
-        let f = inode
-            .acquire(
-                &self.codec,
-                self.coherence.sharing,
-                writable,
-                self.read_only,
-            )
+        let f = self
+            .acquire(&inode, writable)
             .map_err(|e| self.coherence.stale(self.fail(&e, inode.fd(), None)))?;
         let result = match (op, value) {
             (b"add", Some(v)) => std::str::from_utf8(v)
