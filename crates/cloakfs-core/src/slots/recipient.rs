@@ -112,36 +112,18 @@ pub fn slot_keys(slot: &KeySlot) -> Option<Vec<String>> {
 
 /// Encrypts `kek` to `recipients`: the binary age file.
 pub fn encrypt(recipients: &Recipients, kek: &Kek) -> Result<Vec<u8>> {
-    let enc = age::Encryptor::with_recipients(
-        recipients
-            .list
-            .iter()
-            .map(|r| r.as_ref() as &dyn age::Recipient),
-    )
-    .map_err(|e| Error::Refused(format!("age: {e}")))?;
-    let mut out = Vec::new();
-    let mut w = enc.wrap_output(&mut out)?;
-    w.write_all(kek.expose())?;
-    w.finish()?;
-    Ok(out)
+    encrypt_to_vec(recipients, false, kek.expose())
 }
 
 /// Encrypts `data` to `recipients` as an ASCII-armored age file (`age -d` reads it), e.g. a
 /// Shamir share given to one person.
 pub fn encrypt_armored(recipients: &Recipients, data: &[u8]) -> Result<Vec<u8>> {
-    use age::armor::{ArmoredWriter, Format};
-    let enc = age::Encryptor::with_recipients(
-        recipients
-            .list
-            .iter()
-            .map(|r| r.as_ref() as &dyn age::Recipient),
-    )
-    .map_err(|e| Error::Refused(format!("age: {e}")))?;
+    encrypt_to_vec(recipients, true, data)
+}
+
+fn encrypt_to_vec(recipients: &Recipients, armor: bool, data: &[u8]) -> Result<Vec<u8>> {
     let mut out = Vec::new();
-    let armor = ArmoredWriter::wrap_output(&mut out, Format::AsciiArmor)?;
-    let mut w = enc.wrap_output(armor)?;
-    w.write_all(data)?;
-    w.finish()?.finish()?;
+    encrypt_stream(recipients, armor, &mut out, &mut |w| Ok(w.write_all(data)?))?;
     Ok(out)
 }
 
