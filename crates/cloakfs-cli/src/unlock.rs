@@ -37,12 +37,12 @@ pub fn join_as_member(args: &UnlockArgs, volume: Volume) -> Result<Volume> {
     if !volume.is_sharing() || args.identity.is_empty() {
         return Ok(volume);
     }
+    let raw = read_identities(args)?;
     let mut identities = Identities::new();
-    for p in &args.identity {
-        let raw = read_secret_file(p, "identity file", 1 << 20)?;
-        identities.add_file(&raw, &p.display().to_string(), TermCallbacks)?;
+    for (p, raw) in args.identity.iter().zip(&raw) {
+        identities.add_file(raw, &p.display().to_string(), TermCallbacks)?;
     }
-    let recipient = public_key_of(&args.identity[0])?;
+    let recipient = public_key_of(&args.identity[0], &raw[0])?;
     Ok(volume.join_as(Member::new(identities, recipient)?)?)
 }
 
@@ -53,20 +53,27 @@ pub fn member_keys(args: &UnlockArgs, volume: &Volume) -> Result<Option<MemberTe
     if !volume.is_sharing() || args.identity.is_empty() {
         return Ok(None);
     }
+    let raw = read_identities(args)?;
     let mut texts = Vec::new();
-    for p in &args.identity {
-        let raw = read_secret_file(p, "identity file", 1 << 20)?;
-        let text = std::str::from_utf8(&raw).map_err(|_| {
+    for (p, raw) in args.identity.iter().zip(&raw) {
+        let text = std::str::from_utf8(raw).map_err(|_| {
             Failure::usage(format!("identity file {}: not a text file", p.display()))
         })?;
         texts.push(Zeroizing::new(text.to_string()));
     }
-    let recipient = public_key_of(&args.identity[0])?;
+    let recipient = public_key_of(&args.identity[0], &raw[0])?;
     let named: Vec<(String, &[u8])> = (args.identity.iter().zip(&texts))
         .map(|(p, t)| (p.display().to_string(), t.as_bytes()))
         .collect();
     Member::from_texts(&named, recipient.clone())?;
     Ok(Some(MemberTexts { texts, recipient }))
+}
+
+/// The contents of the `--identity` files.
+fn read_identities(args: &UnlockArgs) -> Result<Vec<Zeroizing<Vec<u8>>>> {
+    (args.identity.iter())
+        .map(|p| read_secret_file(p, "identity file", 1 << 20))
+        .collect()
 }
 
 /// A sharing volume member's keys on their way to the daemon (wiped when dropped).
@@ -75,11 +82,10 @@ pub struct MemberTexts {
     pub recipient: String,
 }
 
-/// The public key of identity file `path`: an age identity's own, or an ssh key's from the
-/// `.pub` file next to it.
-fn public_key_of(path: &Path) -> Result<String> {
-    let raw = read_secret_file(path, "identity file", 1 << 20)?;
-    let text = std::str::from_utf8(&raw).unwrap_or_default();
+/// The public key of identity file `path`, whose contents are `raw`: an age identity's own,
+/// or an ssh key's from the `.pub` file next to it.
+fn public_key_of(path: &Path, raw: &[u8]) -> Result<String> {
+    let text = std::str::from_utf8(raw).unwrap_or_default();
     if text.contains("PRIVATE KEY-----") {
         let mut pub_path = path.as_os_str().to_owned();
         pub_path.push(".pub");
