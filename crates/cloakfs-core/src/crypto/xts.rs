@@ -83,11 +83,11 @@ impl Xts256 {
             let (whole, part) = tail.split_at_mut(AES_BLOCK);
             let mut x = [0u8; AES_BLOCK];
             x.copy_from_slice(whole);
-            self.block(&mut x, first, dir);
+            self.batch(&mut x, first, dir);
             let mut y = x;
             y[..partial].copy_from_slice(part);
             part.copy_from_slice(&x[..partial]);
-            self.block(&mut y, second, dir);
+            self.batch(&mut y, second, dir);
             whole.copy_from_slice(&y);
             x.zeroize();
             y.zeroize();
@@ -95,8 +95,8 @@ impl Xts256 {
         tweak.zeroize();
     }
 
-    /// Processes up to [`BATCH`] whole blocks whose first tweak is `tweak`; returns the tweak
-    /// of the block after them.
+    /// Processes up to [`BATCH`] whole blocks (XOR, AES, XOR) whose first tweak is `tweak`;
+    /// returns the tweak of the block after them.
     fn batch(&self, chunk: &mut [u8], mut tweak: u128, dir: Direction) -> u128 {
         let mut tweaks = [0u128; BATCH];
         let mut blocks = [Block::default(); BATCH];
@@ -116,17 +116,6 @@ impl Xts256 {
         tweaks.zeroize();
         blocks.iter_mut().for_each(|b| b.as_mut_slice().zeroize());
         tweak
-    }
-
-    /// One block, XOR-encrypt-XOR with `tweak`.
-    fn block(&self, b: &mut [u8; AES_BLOCK], tweak: u128, dir: Direction) {
-        let mut x = Block::from((u128::from_le_bytes(*b) ^ tweak).to_le_bytes());
-        match dir {
-            Direction::Encrypt => self.data.encrypt_block(&mut x),
-            Direction::Decrypt => self.data.decrypt_block(&mut x),
-        }
-        *b = (le(&x) ^ tweak).to_le_bytes();
-        x.as_mut_slice().zeroize();
     }
 }
 
