@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Decrypts one backing file of a cloakfs sharing volume with an age identity, written from
-docs/FORMAT.md section 17 (and section 8 for the blocks) only: no volume config is needed.
+docs/FORMAT.md section 18 (and section 8 for the blocks) only: no volume config is needed.
 
     decrypt_shared_file.py BACKINGFILE IDENTITYFILE OUTPUT
 
@@ -15,7 +15,7 @@ import sys
 
 import pyrage
 from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM, AESSIV
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 H = 4096
@@ -36,7 +36,7 @@ def parse_header(h: bytes):
         raise Refused("truncated header")
     h = h[:H]
     (version,) = struct.unpack(">H", h[:2])
-    if version != 2:
+    if version not in (2, 3):
         raise Refused(f"unsupported file header version {version}")
     fid = h[2:18]
     (n,) = struct.unpack(">H", h[18:20])
@@ -55,16 +55,29 @@ def parse_header(h: bytes):
         return part
 
     for _ in range(n):
+        kind = None
+        if version == 3:
+            if at + 1 > H:
+                raise Refused("entry past the end")
+            kind = h[at]
+            at += 1
         r = take().decode("utf-8")
         if not r or "\n" in r:
             raise Refused("recipient is not one line of text")
-        entries.append((r, take()))
+        sealed = take()
+        wfk = None
+        if version == 3:
+            if at + 48 > H:
+                raise Refused("entry past the end")
+            wfk = h[at:at + 48]
+            at += 48
+        entries.append((kind, r, sealed, wfk))
     if at + 32 > H:
         raise Refused("MAC past the end")
     mac = h[at:at + 32]
     if any(h[at + 32:]):
         raise Refused("non-zero padding")
-    return fid, entries, h[:at], mac
+    return version, fid, entries, h[:at], mac
 
 
 def main():
@@ -73,22 +86,33 @@ def main():
     ids = [pyrage.x25519.Identity.from_str(l.strip())
            for l in open(identity_file).read().splitlines()
            if l.strip().startswith("AGE-SECRET-KEY-1")]
-    fid, entries, body, mac = parse_header(data)
+    version, fid, entries, body, mac = parse_header(data)
     fk = None
-    for _, age_file in entries:
+    for kind, _, sealed, wfk in entries:
+        if version == 3 and kind != 1:
+            continue  # a kind this reader does not know
         try:
-            pt = pyrage.decrypt(age_file, ids)
+            pt = pyrage.decrypt(sealed, ids)
         except pyrage.DecryptError:
             continue
-        if len(pt) != 32:
-            raise Refused("an entry does not hold a 32-byte key")
-        fk = pt
+        if version == 2:
+            if len(pt) != 32:
+                raise Refused("an entry does not hold a 32-byte key")
+            fk = pt
+        else:
+            if len(pt) != 64:
+                raise Refused("an entry does not hold a 64-byte recipient key")
+            try:
+                fk = AESSIV(pt).decrypt(wfk, [fid])
+            except Exception:
+                raise Refused("an entry's file key does not belong to this file")
         break
     if fk is None:
         print("decrypt_shared_file: permission denied: no entry for this identity", file=sys.stderr)
         sys.exit(2)
     k_list = hkdf(fk, b"cloakfs v1 share-list" + fid)
-    want = hmac.new(k_list, b"cloakfs shared header v2\n" + body, hashlib.sha256).digest()
+    domain = b"cloakfs shared header v%d\n" % version
+    want = hmac.new(k_list, domain + body, hashlib.sha256).digest()
     if not hmac.compare_digest(want, mac):
         raise Refused("recipient list failed authentication")
     aead = AESGCM(hkdf(fk, b"cloakfs v1 file" + fid))

@@ -203,8 +203,10 @@ echo "run.sh: a copy of a reverse view decrypts to its plaintext directory"
 shared="$here/decrypt_shared_file.py"
 vectors="$root/crates/cloakfs-core/tests/vectors"
 sed -n 's/^| age X25519 identity | `\(AGE-SECRET-KEY-1[^`]*\)`.*/\1/p' "$root/docs/FORMAT.md" >"$tmp/vector.key"
-python3 "$shared" "$vectors/shared-file.bin" "$tmp/vector.key" "$tmp/shared.out"
-printf 'cloakfs partial block\n' | cmp - "$tmp/shared.out"
+for v in shared-file.bin shared-file-v2.bin; do
+    python3 "$shared" "$vectors/$v" "$tmp/vector.key" "$tmp/shared.out"
+    printf 'cloakfs partial block\n' | cmp - "$tmp/shared.out"
+done
 team="$tmp/team"
 mkdir -p "$team"
 age-keygen -o "$team/alice.key" 2>/dev/null

@@ -170,12 +170,24 @@ const EXPECTED: &[(&str, &str)] = &[
         "36731638349736e8525919966b49128df31fca367f385cef04b64e160e4a67af",
     ),
     (
-        "shared.header.mac",
+        "shared.v2.header.mac",
         "c9185f4d0812760e1a3c8cf76eba09f02e3fd695b91f9d89907e93c1f71af360",
     ),
     (
-        "shared.header.sha256",
+        "shared.v2.header.sha256",
         "8bf0cd8ae3b65c37c31031c72445f70ce00ddec562e8c7ded15a01358f085943",
+    ),
+    (
+        "shared.wrapped",
+        "49ec75737216b4bb7a0df8146cb4f59b05832586a18f17d1cb9b47a979a7582581f1442e4355c40063b326c7214a1aa4",
+    ),
+    (
+        "shared.header.mac",
+        "e2b57316657e38a0424a27e12112b620eb9c4ec514562fa5ec2f5166a41be498",
+    ),
+    (
+        "shared.header.sha256",
+        "296d7cc9f73a6ffe690a5682f8301543b38a277c6860e7a3bd91205f9c7a93bd",
     ),
     (
         "shared.block0",
@@ -1469,18 +1481,37 @@ fn shared_file_key() -> [u8; 32] {
     seq(0x30)
 }
 
-/// The committed shared backing file: its header grants `FK` to the age recipient of 15.1
-/// (the age file `tests/vectors/shared-entry.age`, made once with Debian's `age`), then one
-/// partial block (the partial plaintext of 15.1 as block 0, AES-256-GCM nonce of 15.1).
-fn shared_file() -> (Vec<u8>, Vec<u8>) {
-    use cloakfs_core::format::filekey::{Grant, SharedHeader};
-    let entry = fs::read(vectors_dir().join("shared-entry.age")).unwrap();
-    let header = SharedHeader::seal(
+/// The recipient key `W` of the version-3 shared-file vectors (section 18.6).
+fn shared_recipient_key() -> [u8; 64] {
+    seq(0x80)
+}
+
+/// A committed shared backing file: its header grants `FK` to the age recipient of 15.1, then
+/// one partial block (the partial plaintext of 15.1 as block 0, AES-256-GCM nonce of 15.1).
+/// Version 3 (`v3`): the entry is `tests/vectors/shared-recipient-key.age` (made once with
+/// Debian's `age`, plaintext `W`) and FK wrapped under `W`; version 2: the entry is
+/// `tests/vectors/shared-entry.age` (plaintext `FK`).
+fn shared_file(v3: bool) -> (Vec<u8>, Vec<u8>) {
+    use cloakfs_core::format::filekey::{kind, Grant, SharedHeader, Wrap};
+    let wrap = if v3 {
+        let sealed = fs::read(vectors_dir().join("shared-recipient-key.age")).unwrap();
+        Wrap::Keyed {
+            kind: kind::AGE,
+            sealed,
+            wrapped: siv_wrap(&shared_recipient_key(), &file_id().0, &shared_file_key()),
+        }
+    } else {
+        Wrap::Direct {
+            age: fs::read(vectors_dir().join("shared-entry.age")).unwrap(),
+        }
+    };
+    let header = SharedHeader::seal_version(
+        if v3 { 3 } else { 2 },
         &shared_file_key(),
         file_id(),
         vec![Grant {
             recipient: AGE_RECIPIENT.to_string(),
-            age: entry,
+            wrap,
         }],
     )
     .unwrap();
@@ -1493,15 +1524,32 @@ fn shared_file() -> (Vec<u8>, Vec<u8>) {
     (bytes, block)
 }
 
+/// AES-256-SIV (RFC 5297) of `fk` under `w` with the one header `id`, from RustCrypto's aes-siv.
+fn siv_wrap(w: &[u8; 64], id: &[u8; 16], fk: &[u8; 32]) -> [u8; 48] {
+    use aes_siv::{siv::Aes256Siv, KeyInit};
+    Aes256Siv::new(w.into())
+        .encrypt([id.as_slice()], fk)
+        .unwrap()
+        .try_into()
+        .unwrap()
+}
+
 fn vectors_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors")
 }
 
 #[test]
 fn shared_header_vectors() {
+    for v3 in [true, false] {
+        shared_header_vector(v3);
+    }
+}
+
+/// Section 18.6: the version-3 header (written today) and the version-2 one (still read).
+fn shared_header_vector(v3: bool) {
     use cloakfs_core::format::filekey::{FileKeySource, Member, SharedHeader};
     use cloakfs_core::slots::recipient;
-    let (header, block) = shared_file();
+    let (header, block) = shared_file(v3);
     assert_eq!(header.len(), 4096);
     let fk = shared_file_key();
     let f = file_id().0;
@@ -1513,17 +1561,30 @@ fn shared_header_vectors() {
         &[b"cloakfs v1 share-list".as_slice(), &f].concat(),
         32,
     );
-    let entry = fs::read(vectors_dir().join("shared-entry.age")).unwrap();
     let mut body = Vec::new();
-    body.extend_from_slice(&2u16.to_be_bytes());
+    body.extend_from_slice(&(if v3 { 3u16 } else { 2 }).to_be_bytes());
     body.extend_from_slice(&f);
     body.extend_from_slice(&1u16.to_be_bytes());
+    let wrapped = siv_wrap(&shared_recipient_key(), &f, &fk);
+    let entry = if v3 {
+        body.push(1);
+        fs::read(vectors_dir().join("shared-recipient-key.age")).unwrap()
+    } else {
+        fs::read(vectors_dir().join("shared-entry.age")).unwrap()
+    };
     body.extend_from_slice(&(AGE_RECIPIENT.len() as u16).to_be_bytes());
     body.extend_from_slice(AGE_RECIPIENT.as_bytes());
     body.extend_from_slice(&(entry.len() as u16).to_be_bytes());
     body.extend_from_slice(&entry);
+    if v3 {
+        body.extend_from_slice(&wrapped);
+    }
     let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&list_key).unwrap();
-    mac.update(b"cloakfs shared header v2\n");
+    mac.update(if v3 {
+        b"cloakfs shared header v3\n"
+    } else {
+        b"cloakfs shared header v2\n"
+    });
     mac.update(&body);
     let mac = mac.finalize().into_bytes();
     assert_eq!(&header[..body.len()], &body[..]);
@@ -1551,16 +1612,21 @@ fn shared_header_vectors() {
         false,
         Some(member),
     ));
-    let committed = fs::read(vectors_dir().join("shared-file.bin"));
+    let name = if v3 {
+        "shared-file.bin"
+    } else {
+        "shared-file-v2.bin"
+    };
+    let committed = fs::read(vectors_dir().join(name));
     let whole = [header.clone(), block.clone()].concat();
     if std::env::var_os("GENERATE_SHARED_VECTOR").is_some() {
-        fs::write(vectors_dir().join("shared-file.bin"), &whole).unwrap();
+        fs::write(vectors_dir().join(name), &whole).unwrap();
     } else {
-        assert_eq!(committed.unwrap(), whole, "tests/vectors/shared-file.bin");
+        assert_eq!(committed.unwrap(), whole, "tests/vectors/{name}");
     }
     let cf = ContentFile::open(
         codec.clone(),
-        fs::File::open(vectors_dir().join("shared-file.bin")).unwrap(),
+        fs::File::open(vectors_dir().join(name)).unwrap(),
     )
     .unwrap();
     let mut out = vec![0u8; PARTIAL_PLAIN.len()];
@@ -1572,11 +1638,19 @@ fn shared_header_vectors() {
     assert_eq!(keys.unwrap_count(), 1);
     assert!(SharedHeader::parse(&header).unwrap().verify(&fk).is_ok());
 
-    check(&[
-        ("shared.key.block", hex(&block_key)),
-        ("shared.key.list", hex(&list_key)),
-        ("shared.header.mac", hex(&mac)),
-        ("shared.header.sha256", hex(&Sha256::digest(&header))),
-        ("shared.block0", hex(&block)),
-    ]);
+    if v3 {
+        check(&[
+            ("shared.key.block", hex(&block_key)),
+            ("shared.key.list", hex(&list_key)),
+            ("shared.wrapped", hex(&wrapped)),
+            ("shared.header.mac", hex(&mac)),
+            ("shared.header.sha256", hex(&Sha256::digest(&header))),
+            ("shared.block0", hex(&block)),
+        ]);
+    } else {
+        check(&[
+            ("shared.v2.header.mac", hex(&mac)),
+            ("shared.v2.header.sha256", hex(&Sha256::digest(&header))),
+        ]);
+    }
 }

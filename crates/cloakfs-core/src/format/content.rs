@@ -24,7 +24,7 @@ use crate::crypto::locked::LockedBox;
 use crate::crypto::secret::SecretBytes;
 use crate::error::{Error, Result};
 use crate::format::filekey::{
-    random_file_key, DerivedKeys, FileKeySource, Member, OpenedHeader, SharedHeader, WrappedKeys,
+    DerivedKeys, FileKeySource, Member, OpenedHeader, SharedHeader, WrappedKeys,
 };
 use crate::format::layout::{Layout, HEADER_LEN};
 use chacha20poly1305::aead::{AeadInPlace, KeyInit};
@@ -260,7 +260,7 @@ impl ContentCodec {
                 let fk = w.file_key(&h)?;
                 Ok(OpenedHeader {
                     cipher: self.cipher_from_file_key(h.id, &fk),
-                    recipients: h.grants.into_iter().map(|g| g.recipient).collect(),
+                    recipients: h.recipients(),
                 })
             }
         }
@@ -279,30 +279,12 @@ impl ContentCodec {
                 },
             )),
             FileKeySource::Wrapped(w) => {
-                let own;
-                let recipients = if recipients.is_empty() {
-                    let member = w.member().ok_or_else(|| {
-                        Error::AccessDenied(
-                            "the volume was opened without a member identity".into(),
-                        )
-                    })?;
-                    own = [member.recipient().to_string()];
-                    &own[..]
-                } else {
-                    recipients
-                };
-                let fk = random_file_key();
-                let grants = recipients
-                    .iter()
-                    .map(|r| crate::format::filekey::grant(r, fk.expose()))
-                    .collect::<Result<Vec<_>>>()?;
-                let header = SharedHeader::seal(fk.expose(), id, grants)?;
-                w.remember(id, &fk);
+                let (header, fk, recipients) = w.new_file(id, recipients)?;
                 Ok((
                     header.to_bytes()?,
                     OpenedHeader {
                         cipher: self.cipher_from_file_key(id, &fk),
-                        recipients: recipients.to_vec(),
+                        recipients,
                     },
                 ))
             }

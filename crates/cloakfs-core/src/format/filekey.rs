@@ -3,16 +3,22 @@
 //! - [`FileKeySource::Derived`] (every volume but a sharing one): the key is
 //!   HKDF(content key, "cloakfs v1 file" || file ID); the header is version 1, 18 bytes.
 //! - [`FileKeySource::Wrapped`] (a sharing volume, `file_keys = "age"`): every file has its own
-//!   random 32-byte file key `FK`, stored in its header once per recipient, each as a
-//!   one-recipient age file; the recipient list is authenticated by an HMAC keyed from `FK`.
-//!   The header is version 2, [`SHARED_HEADER_LEN`] bytes, so that a file's plaintext size
-//!   still follows from its backing length alone (stat and listing need no read).
+//!   random 32-byte file key `FK`, stored in its header once per recipient. An entry is a
+//!   *recipient key* `W` sealed to the recipient's public key (an age file), and `FK` wrapped
+//!   under `W` with AES-256-SIV (RFC 5297's key wrap), bound to the file ID. A mount makes one
+//!   `W` per recipient and reuses it for every file it grants to that recipient, and a reader
+//!   keeps every `W` it unsealed: the public-key operations are per recipient and mount, not
+//!   per file. The recipient list is authenticated by an HMAC keyed from `FK`. The header is
+//!   [`SHARED_HEADER_LEN`] bytes, so that a file's plaintext size still follows from its
+//!   backing length alone (stat and listing need no read). Version 2 headers (one age file of
+//!   `FK` per entry) are still read; every header written is version 3.
 //!
 //! Block keys are HKDF(FK, "cloakfs v1 file" || file ID) exactly as for derived keys, with FK
 //! in place of the volume's content key. docs/FORMAT.md section 18 has every byte.
 
 use crate::crypto::keys::{label, HkdfKey};
 use crate::crypto::secret::SecretBytes;
+use crate::crypto::siv::SivKey;
 use crate::error::{Error, Result};
 use crate::format::content::{FileCipher, FileId};
 use crate::format::layout::HEADER_LEN;
@@ -20,10 +26,12 @@ use crate::slots::recipient::{self, Identities, Loaded, Recipients};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-/// Version of the header of a file whose key is wrapped to recipients.
-pub const SHARED_HEADER_VERSION: u16 = 2;
+/// Version of the header written for a file whose key is wrapped to recipients.
+pub const SHARED_HEADER_VERSION: u16 = 3;
+/// The earlier version, still read: each entry is an age file of the file key itself.
+pub const SHARED_HEADER_V2: u16 = 2;
 /// Length of that header (fixed per volume, zero-padded).
 pub const SHARED_HEADER_LEN: u64 = 4096;
 /// Bytes of the header before its entries: version, file ID, entry count.
@@ -32,23 +40,64 @@ const FIXED_LEN: usize = 2 + 16 + 2;
 pub const LIST_MAC_LEN: usize = 32;
 /// HKDF label of the list MAC key.
 pub const LIST_LABEL: &str = "share-list";
-/// First bytes of the MAC input.
-const MAC_DOMAIN: &[u8] = b"cloakfs shared header v2\n";
+/// Length of a recipient key `W` (an AES-256-SIV key).
+pub const RECIPIENT_KEY_LEN: usize = 64;
+/// Length of a file key wrapped under a recipient key: SIV tag and the 32 key bytes.
+pub const WRAPPED_KEY_LEN: usize = 16 + 32;
+/// Most recipient keys a reader keeps unsealed (a bound on what a hostile store can make it
+/// hold; past it the cache starts again).
+const MAX_UNSEALED: usize = 4096;
 
-/// One recipient of a file: its public key as the user gave it, and the file key encrypted to
-/// it (a binary age file with exactly this recipient).
+/// How an entry's recipient key is sealed to its recipient (the entry's first byte).
+pub mod kind {
+    /// An age file (age-encryption.org/v1) with one stanza, for an `age1...` or ssh key.
+    pub const AGE: u8 = 1;
+}
+
+/// First bytes of the MAC input, per header version.
+fn mac_domain(version: u16) -> &'static [u8] {
+    if version == SHARED_HEADER_V2 {
+        b"cloakfs shared header v2\n"
+    } else {
+        b"cloakfs shared header v3\n"
+    }
+}
+
+/// How one entry holds the file key for its recipient.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Wrap {
+    /// Version 2: a binary age file whose plaintext is the file key.
+    Direct {
+        /// The age file.
+        age: Vec<u8>,
+    },
+    /// Version 3: a recipient key sealed to the recipient, and the file key wrapped under it.
+    Keyed {
+        /// How `sealed` is sealed ([`kind`]); a kind this version does not know is kept and
+        /// skipped when opening.
+        kind: u8,
+        /// The recipient key, sealed (for [`kind::AGE`]: a binary age file of 64 bytes).
+        sealed: Vec<u8>,
+        /// AES-256-SIV(W, header = file ID, FK).
+        wrapped: [u8; WRAPPED_KEY_LEN],
+    },
+}
+
+/// One recipient of a file: its public key as the user gave it, and the file key held for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
     /// The public key, one line: `age1...` or an ssh public key.
     pub recipient: String,
-    /// The binary age file whose plaintext is the file key.
-    pub age: Vec<u8>,
+    /// The file key, for this recipient.
+    pub wrap: Wrap,
 }
 
-/// A parsed version-2 header. Parsing checks the layout only; the list is authentic only once
+/// A parsed shared header. Parsing checks the layout only; the list is authentic only once
 /// [`SharedHeader::verify`] accepted it under the file key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SharedHeader {
+    /// [`SHARED_HEADER_VERSION`] or [`SHARED_HEADER_V2`].
+    pub version: u16,
     /// The file's ID.
     pub id: FileId,
     /// Its recipients, in order.
@@ -61,19 +110,45 @@ fn damaged(m: &str) -> Error {
     Error::Tampered(format!("shared file header: {m}"))
 }
 
+fn put_part(b: &mut Vec<u8>, part: &[u8]) -> Result<()> {
+    let len = u16::try_from(part.len()).map_err(|_| too_many())?;
+    b.extend_from_slice(&len.to_be_bytes());
+    b.extend_from_slice(part);
+    Ok(())
+}
+
 impl SharedHeader {
     /// The bytes the MAC covers (version through the last entry).
-    fn body(id: &FileId, grants: &[Grant]) -> Result<Vec<u8>> {
+    fn body(version: u16, id: &FileId, grants: &[Grant]) -> Result<Vec<u8>> {
         let mut b = Vec::with_capacity(SHARED_HEADER_LEN as usize);
-        b.extend_from_slice(&SHARED_HEADER_VERSION.to_be_bytes());
+        b.extend_from_slice(&version.to_be_bytes());
         b.extend_from_slice(&id.0);
         let n = u16::try_from(grants.len()).map_err(|_| too_many())?;
         b.extend_from_slice(&n.to_be_bytes());
         for g in grants {
-            for part in [g.recipient.as_bytes(), &g.age[..]] {
-                let len = u16::try_from(part.len()).map_err(|_| too_many())?;
-                b.extend_from_slice(&len.to_be_bytes());
-                b.extend_from_slice(part);
+            match (&g.wrap, version) {
+                (Wrap::Direct { age }, SHARED_HEADER_V2) => {
+                    put_part(&mut b, g.recipient.as_bytes())?;
+                    put_part(&mut b, age)?;
+                }
+                (
+                    Wrap::Keyed {
+                        kind,
+                        sealed,
+                        wrapped,
+                    },
+                    SHARED_HEADER_VERSION,
+                ) => {
+                    b.push(*kind);
+                    put_part(&mut b, g.recipient.as_bytes())?;
+                    put_part(&mut b, sealed)?;
+                    b.extend_from_slice(wrapped);
+                }
+                _ => {
+                    return Err(Error::Refused(format!(
+                        "an entry of another kind in a version {version} file header"
+                    )))
+                }
             }
         }
         if b.len() + LIST_MAC_LEN > SHARED_HEADER_LEN as usize {
@@ -82,25 +157,46 @@ impl SharedHeader {
         Ok(b)
     }
 
-    /// The list MAC of `id` and `grants` under file key `fk`.
-    pub fn compute_mac(fk: &[u8; 32], id: &FileId, grants: &[Grant]) -> Result<[u8; 32]> {
-        let body = Self::body(id, grants)?;
+    /// The list MAC of a `version` header of `id` and `grants` under file key `fk`.
+    pub fn compute_mac(
+        version: u16,
+        fk: &[u8; 32],
+        id: &FileId,
+        grants: &[Grant],
+    ) -> Result<[u8; 32]> {
+        let body = Self::body(version, id, grants)?;
         let key: SecretBytes<32> = HkdfKey::new(None, fk).expand(LIST_LABEL.as_bytes(), &id.0);
         let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key.expose()).expect("any key length");
-        m.update(MAC_DOMAIN);
+        m.update(mac_domain(version));
         m.update(&body);
         Ok(m.finalize().into_bytes().into())
     }
 
-    /// A header for `id` and `grants`, authenticated under `fk`.
+    /// A version-3 header for `id` and `grants`, authenticated under `fk`.
     pub fn seal(fk: &[u8; 32], id: FileId, grants: Vec<Grant>) -> Result<Self> {
-        let mac = Self::compute_mac(fk, &id, &grants)?;
-        Ok(Self { id, grants, mac })
+        Self::seal_version(SHARED_HEADER_VERSION, fk, id, grants)
+    }
+
+    /// A header of `version` for `id` and `grants`, authenticated under `fk` (version 2 is
+    /// only made by tests and vectors of the older format).
+    pub fn seal_version(
+        version: u16,
+        fk: &[u8; 32],
+        id: FileId,
+        grants: Vec<Grant>,
+    ) -> Result<Self> {
+        let mac = Self::compute_mac(version, fk, &id, &grants)?;
+        Ok(Self {
+            version,
+            id,
+            grants,
+            mac,
+        })
     }
 
     /// Serializes to exactly [`SHARED_HEADER_LEN`] bytes (zero padding after the MAC).
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
-        let mut b = Self::body(&self.id, &self.grants)?;
+        let mut b = Self::body(self.version, &self.id, &self.grants)?;
         b.extend_from_slice(&self.mac);
         b.resize(SHARED_HEADER_LEN as usize, 0);
         Ok(b)
@@ -113,7 +209,7 @@ impl SharedHeader {
         }
         let b = &b[..SHARED_HEADER_LEN as usize];
         let version = u16::from_be_bytes([b[0], b[1]]);
-        if version != SHARED_HEADER_VERSION {
+        if version != SHARED_HEADER_VERSION && version != SHARED_HEADER_V2 {
             return Err(Error::UnsupportedVersion {
                 what: "file header",
                 found: version.into(),
@@ -123,45 +219,60 @@ impl SharedHeader {
         let id = FileId(b[2..18].try_into().expect("16 bytes"));
         let n = u16::from_be_bytes([b[18], b[19]]) as usize;
         let mut at = FIXED_LEN;
-        let take = |at: &mut usize| -> Result<&[u8]> {
-            let len_end = *at + 2;
-            let len = u16::from_be_bytes(
-                b.get(*at..len_end)
-                    .ok_or_else(|| damaged("entry past the end"))?
-                    .try_into()
-                    .expect("2 bytes"),
-            ) as usize;
+        let fixed = |at: &mut usize, len: usize| -> Result<&[u8]> {
             let part = b
-                .get(len_end..len_end + len)
+                .get(*at..*at + len)
                 .ok_or_else(|| damaged("entry past the end"))?;
-            *at = len_end + len;
+            *at += len;
             Ok(part)
+        };
+        let take = |at: &mut usize| -> Result<&[u8]> {
+            let len = u16::from_be_bytes(fixed(at, 2)?.try_into().expect("2 bytes")) as usize;
+            fixed(at, len)
         };
         let mut grants = Vec::with_capacity(n.min(64));
         for _ in 0..n {
+            let kind = match version {
+                SHARED_HEADER_V2 => None,
+                _ => Some(fixed(&mut at, 1)?[0]),
+            };
             let r = take(&mut at)?;
             let recipient = std::str::from_utf8(r)
                 .ok()
                 .filter(|s| !s.is_empty() && !s.contains('\n'))
                 .ok_or_else(|| damaged("recipient is not one line of text"))?
                 .to_string();
-            let age = take(&mut at)?.to_vec();
-            grants.push(Grant { recipient, age });
+            let sealed = take(&mut at)?.to_vec();
+            let wrap = match kind {
+                None => Wrap::Direct { age: sealed },
+                Some(kind) => Wrap::Keyed {
+                    kind,
+                    sealed,
+                    wrapped: fixed(&mut at, WRAPPED_KEY_LEN)?
+                        .try_into()
+                        .expect("48 bytes"),
+                },
+            };
+            grants.push(Grant { recipient, wrap });
         }
-        let mac: [u8; LIST_MAC_LEN] = b
-            .get(at..at + LIST_MAC_LEN)
-            .ok_or_else(|| damaged("MAC past the end"))?
+        let mac: [u8; LIST_MAC_LEN] = fixed(&mut at, LIST_MAC_LEN)
+            .map_err(|_| damaged("MAC past the end"))?
             .try_into()
             .expect("32 bytes");
-        if b[at + LIST_MAC_LEN..].iter().any(|&x| x != 0) {
+        if b[at..].iter().any(|&x| x != 0) {
             return Err(damaged("non-zero padding"));
         }
-        Ok(Self { id, grants, mac })
+        Ok(Self {
+            version,
+            id,
+            grants,
+            mac,
+        })
     }
 
     /// Checks the list MAC under `fk`.
     pub fn verify(&self, fk: &[u8; 32]) -> Result<()> {
-        let want = Self::compute_mac(fk, &self.id, &self.grants)?;
+        let want = Self::compute_mac(self.version, fk, &self.id, &self.grants)?;
         if subtle::ConstantTimeEq::ct_eq(&want[..], &self.mac[..]).into() {
             Ok(())
         } else {
@@ -169,42 +280,80 @@ impl SharedHeader {
         }
     }
 
-    /// The file key from the first entry `ids` can open (`None` if no entry is theirs). The
-    /// list is not yet verified.
-    pub fn unwrap_key(&self, ids: &Identities) -> Result<Option<SecretBytes<32>>> {
-        for g in &self.grants {
-            match recipient::decrypt(&g.age, ids) {
-                Ok(Some(pt)) => {
-                    let k: &[u8; 32] = pt[..]
-                        .try_into()
-                        .map_err(|_| damaged("an entry does not hold a 32-byte key"))?;
-                    return Ok(Some(SecretBytes::from_slice(k)));
-                }
-                Ok(None) => {}
-                // An entry that is not an age file at all: damaged (or forged).
-                Err(Error::ConfigDamaged(m)) => return Err(damaged(&m)),
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(None)
+    /// The recipients' public keys, in order.
+    pub fn recipients(&self) -> Vec<String> {
+        self.grants.iter().map(|g| g.recipient.clone()).collect()
     }
+}
+
+/// A 32-byte file key out of decrypted bytes.
+fn file_key_of(pt: &[u8]) -> Result<SecretBytes<32>> {
+    let k: &[u8; 32] = pt
+        .try_into()
+        .map_err(|_| damaged("an entry does not hold a 32-byte key"))?;
+    Ok(SecretBytes::from_slice(k))
+}
+
+/// A recipient key `W`, keyed for AES-256-SIV.
+struct RecipientKey(SivKey);
+
+impl RecipientKey {
+    fn new(w: SecretBytes<RECIPIENT_KEY_LEN>) -> Self {
+        Self(SivKey::new(w))
+    }
+
+    /// FK wrapped for file `id`.
+    fn wrap(&self, id: &FileId, fk: &[u8; 32]) -> [u8; WRAPPED_KEY_LEN] {
+        self.0
+            .seal(&id.0, fk)
+            .try_into()
+            .expect("SIV of 32 bytes is 48")
+    }
+
+    /// FK of file `id`; a wrap that does not open is tampering (an entry moved in from another
+    /// file, or forged), since `W` itself opened.
+    fn unwrap(&self, id: &FileId, wrapped: &[u8; WRAPPED_KEY_LEN]) -> Result<SecretBytes<32>> {
+        let pt = zeroize::Zeroizing::new(
+            self.0
+                .open(&id.0, wrapped)
+                .ok_or_else(|| damaged("an entry's file key does not belong to this file"))?,
+        );
+        file_key_of(&pt)
+    }
+}
+
+/// A recipient key this process made for one recipient, with its sealed form.
+struct MadeKey {
+    sealed: Vec<u8>,
+    key: Arc<RecipientKey>,
+}
+
+/// A fresh recipient key sealed to `recipient_line`.
+fn make_recipient_key(recipient_line: &str) -> Result<(Vec<u8>, SecretBytes<RECIPIENT_KEY_LEN>)> {
+    let r = Recipients::parse(recipient_line)?;
+    let w = SecretBytes::<RECIPIENT_KEY_LEN>::random();
+    Ok((recipient::encrypt_bytes(&r, w.expose())?, w))
+}
+
+/// A grant of file `id`'s key `fk` to one recipient (one line of `slots add --recipient`
+/// form), under a recipient key of its own.
+pub fn grant(recipient_line: &str, id: &FileId, fk: &[u8; 32]) -> Result<Grant> {
+    let line = recipient_line.trim();
+    let (sealed, w) = make_recipient_key(line)?;
+    Ok(Grant {
+        recipient: line.to_string(),
+        wrap: Wrap::Keyed {
+            kind: kind::AGE,
+            sealed,
+            wrapped: RecipientKey::new(w).wrap(id, fk),
+        },
+    })
 }
 
 fn too_many() -> Error {
     Error::Refused(format!(
         "too many recipients: the list no longer fits the {SHARED_HEADER_LEN}-byte file header"
     ))
-}
-
-/// A grant of `fk` to one recipient (one line of `slots add --recipient` form).
-pub fn grant(recipient_line: &str, fk: &[u8; 32]) -> Result<Grant> {
-    let line = recipient_line.trim();
-    let r = Recipients::parse(line)?;
-    let key = crate::slots::Kek::from_slice(fk);
-    Ok(Grant {
-        recipient: line.to_string(),
-        age: recipient::encrypt(&r, &key)?,
-    })
 }
 
 /// Whether two recipient lines name the same key (an ssh key's comment does not count).
@@ -316,12 +465,25 @@ pub enum FileKeySource {
 /// The state of [`FileKeySource::Derived`]: the volume's content key, extracted once.
 pub struct DerivedKeys(pub(crate) HkdfKey);
 
-/// The state of [`FileKeySource::Wrapped`]: who opens files, and the file keys opened so far
-/// (in locked memory, for the life of the codec: one public-key operation per file).
+/// The state of [`FileKeySource::Wrapped`]: who opens files, the file keys opened so far, and
+/// the recipient keys made and unsealed so far (all in locked memory, for the life of the
+/// codec: public-key operations are per recipient key, not per file).
 pub struct WrappedKeys {
     member: Option<Member>,
     opened: Mutex<HashMap<FileId, SecretBytes<32>>>,
+    /// Recipient keys this process made, by the recipient's short key.
+    made: Mutex<HashMap<String, MadeKey>>,
+    /// Recipient keys unsealed (or made for the member itself), by their sealed bytes.
+    unsealed: Mutex<HashMap<Vec<u8>, Arc<RecipientKey>>>,
     unwraps: std::sync::atomic::AtomicU64,
+}
+
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn no_member() -> Error {
+    Error::AccessDenied("the volume was opened without a member identity".into())
 }
 
 impl WrappedKeys {
@@ -330,6 +492,8 @@ impl WrappedKeys {
         Self {
             member,
             opened: Mutex::new(HashMap::new()),
+            made: Mutex::new(HashMap::new()),
+            unsealed: Mutex::new(HashMap::new()),
             unwraps: Default::default(),
         }
     }
@@ -339,7 +503,7 @@ impl WrappedKeys {
         self.member.as_ref()
     }
 
-    /// How many public-key unwraps were done (each opened file once).
+    /// How many public-key decryptions were done (an entry's age file opened).
     pub fn unwrap_count(&self) -> u64 {
         self.unwraps.load(std::sync::atomic::Ordering::Relaxed)
     }
@@ -347,38 +511,158 @@ impl WrappedKeys {
     /// The authenticated file key of `h`: from the cache, else unwrapped with the member's
     /// identities. An error if the member has no entry (EACCES) or the list is forged.
     pub fn file_key(&self, h: &SharedHeader) -> Result<SecretBytes<32>> {
-        let cached = self
-            .opened
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        let cached = locked(&self.opened)
             .get(&h.id)
             .map(|k| SecretBytes::from_slice(k.expose()));
         let fk = match cached {
             Some(k) => k,
-            None => {
-                let member = self.member.as_ref().ok_or_else(|| {
-                    Error::AccessDenied("the volume was opened without a member identity".into())
-                })?;
-                self.unwraps
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                h.unwrap_key(&member.identities)?.ok_or_else(|| {
-                    Error::AccessDenied("the file is not shared with this identity".into())
-                })?
-            }
+            None => self.unwrap_key(h)?.ok_or_else(|| {
+                Error::AccessDenied("the file is not shared with this identity".into())
+            })?,
         };
         h.verify(fk.expose())?;
-        self.opened
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        locked(&self.opened)
             .entry(h.id)
             .or_insert_with(|| SecretBytes::from_slice(fk.expose()));
         Ok(fk)
     }
 
+    /// The file key from the first entry the member can open (`None` if no entry is theirs):
+    /// first an entry under a recipient key already unsealed, then the member's own entries,
+    /// then the rest (an identity may belong to another line). The list is not yet verified.
+    fn unwrap_key(&self, h: &SharedHeader) -> Result<Option<SecretBytes<32>>> {
+        for g in &h.grants {
+            if let Wrap::Keyed {
+                sealed, wrapped, ..
+            } = &g.wrap
+            {
+                let known = locked(&self.unsealed).get(sealed).cloned();
+                if let Some(key) = known {
+                    return key.unwrap(&h.id, wrapped).map(Some);
+                }
+            }
+        }
+        let member = self.member.as_ref().ok_or_else(no_member)?;
+        let (own, others): (Vec<&Grant>, Vec<&Grant>) = h
+            .grants
+            .iter()
+            .partition(|g| same_key(&g.recipient, &member.recipient));
+        for g in own.into_iter().chain(others) {
+            let (sealed, wrapped) = match &g.wrap {
+                Wrap::Keyed {
+                    kind: kind::AGE,
+                    sealed,
+                    wrapped,
+                } => (sealed, Some(wrapped)),
+                Wrap::Keyed { .. } => continue,
+                Wrap::Direct { age } => (age, None),
+            };
+            self.unwraps
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let pt = match recipient::decrypt(sealed, &member.identities) {
+                Ok(Some(pt)) => pt,
+                Ok(None) => continue,
+                // An entry that is not an age file at all: damaged (or forged).
+                Err(Error::ConfigDamaged(m)) => return Err(damaged(&m)),
+                Err(e) => return Err(e),
+            };
+            let Some(wrapped) = wrapped else {
+                return file_key_of(&pt).map(Some);
+            };
+            let w: &[u8; RECIPIENT_KEY_LEN] = pt[..]
+                .try_into()
+                .map_err(|_| damaged("an entry does not hold a 64-byte recipient key"))?;
+            let key = Arc::new(RecipientKey::new(SecretBytes::from_slice(w)));
+            self.keep_unsealed(sealed.clone(), key.clone());
+            return key.unwrap(&h.id, wrapped).map(Some);
+        }
+        Ok(None)
+    }
+
+    fn keep_unsealed(&self, sealed: Vec<u8>, key: Arc<RecipientKey>) {
+        let mut u = locked(&self.unsealed);
+        if u.len() >= MAX_UNSEALED {
+            u.clear();
+        }
+        u.insert(sealed, key);
+    }
+
+    /// Grants of file `id`'s key `fk` to `recipients` (lines of `slots add --recipient` form),
+    /// each under this process's recipient key for that recipient, made (one public-key
+    /// operation) the first time the recipient is granted anything.
+    pub fn seal_grants(
+        &self,
+        id: &FileId,
+        fk: &[u8; 32],
+        recipients: &[String],
+    ) -> Result<Vec<Grant>> {
+        recipients
+            .iter()
+            .map(|line| {
+                let line = line.trim();
+                let short = recipient::short_key(line);
+                let known = locked(&self.made)
+                    .get(&short)
+                    .map(|m| (m.sealed.clone(), m.key.clone()));
+                let (sealed, key) = match known {
+                    Some(k) => k,
+                    None => {
+                        let (sealed, w) = make_recipient_key(line)?;
+                        let key = Arc::new(RecipientKey::new(w));
+                        // The member's own key opens its own files without unsealing.
+                        if self
+                            .member
+                            .as_ref()
+                            .is_some_and(|m| same_key(&m.recipient, line))
+                        {
+                            self.keep_unsealed(sealed.clone(), key.clone());
+                        }
+                        let mut made = locked(&self.made);
+                        let m = made.entry(short).or_insert(MadeKey { sealed, key });
+                        (m.sealed.clone(), m.key.clone())
+                    }
+                };
+                Ok(Grant {
+                    recipient: line.to_string(),
+                    wrap: Wrap::Keyed {
+                        kind: kind::AGE,
+                        sealed,
+                        wrapped: key.wrap(id, fk),
+                    },
+                })
+            })
+            .collect()
+    }
+
+    /// A fresh file key for a new file `id`, and its header granted to `recipients` (else
+    /// the member).
+    pub fn new_file(
+        &self,
+        id: FileId,
+        recipients: &[String],
+    ) -> Result<(SharedHeader, SecretBytes<32>, Vec<String>)> {
+        let recipients = if recipients.is_empty() {
+            vec![self
+                .member
+                .as_ref()
+                .ok_or_else(no_member)?
+                .recipient
+                .clone()]
+        } else {
+            recipients.to_vec()
+        };
+        let fk = random_file_key();
+        let grants = self.seal_grants(&id, fk.expose(), &recipients)?;
+        let header = SharedHeader::seal(fk.expose(), id, grants)?;
+        self.remember(id, &fk);
+        Ok((header, fk, recipients))
+    }
+
     /// Grants a file to `more` recipients (lines of `slots add --recipient` form; keys it has
     /// already are skipped): from its header `header`, or, for a file without one (no data),
-    /// a fresh header granted to `current` (else the member) and `more`. Returns the new
-    /// header, its recipients, and how many were added.
+    /// a fresh header granted to `current` (else the member) and `more`. A version-2 header
+    /// comes back as version 3. Returns the new header, its recipients, and how many were
+    /// added.
     pub fn regrant(
         &self,
         header: Option<&[u8]>,
@@ -389,43 +673,29 @@ impl WrappedKeys {
             Some(b) => {
                 let h = SharedHeader::parse(b)?;
                 let fk = self.file_key(&h)?;
-                (h.id, fk, h.grants)
+                let grants = match h.version {
+                    SHARED_HEADER_V2 => self.seal_grants(&h.id, fk.expose(), &h.recipients())?,
+                    _ => h.grants,
+                };
+                (h.id, fk, grants)
             }
             None => {
-                let fk = random_file_key();
-                let id = FileId::random();
-                let base = if current.is_empty() {
-                    let m = self.member.as_ref().ok_or_else(|| {
-                        Error::AccessDenied(
-                            "the volume was opened without a member identity".into(),
-                        )
-                    })?;
-                    vec![m.recipient.clone()]
-                } else {
-                    current.to_vec()
-                };
-                let grants = base
-                    .iter()
-                    .map(|r| grant(r, fk.expose()))
-                    .collect::<Result<Vec<_>>>()?;
-                self.remember(id, &fk);
-                (id, fk, grants)
+                let (h, fk, _) = self.new_file(FileId::random(), current)?;
+                (h.id, fk, h.grants)
             }
         };
-        let mut added = 0;
-        for r in more {
-            if grants.iter().any(|g| same_key(&g.recipient, r)) {
-                continue;
-            }
-            grants.push(grant(r, fk.expose())?);
-            added += 1;
-        }
+        let new: Vec<String> = more
+            .iter()
+            .filter(|r| !grants.iter().any(|g| same_key(&g.recipient, r)))
+            .cloned()
+            .collect();
+        grants.extend(self.seal_grants(&id, fk.expose(), &new)?);
         let recipients = grants.iter().map(|g| g.recipient.clone()).collect();
         let h = SharedHeader::seal(fk.expose(), id, grants)?;
         Ok((
             h.to_bytes()?,
             recipients,
-            added + usize::from(header.is_none()),
+            new.len() + usize::from(header.is_none()),
         ))
     }
 

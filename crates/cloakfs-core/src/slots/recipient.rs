@@ -115,6 +115,11 @@ pub fn encrypt(recipients: &Recipients, kek: &Kek) -> Result<Vec<u8>> {
     encrypt_to_vec(recipients, false, kek.expose())
 }
 
+/// Encrypts `data` to `recipients`: the binary age file.
+pub fn encrypt_bytes(recipients: &Recipients, data: &[u8]) -> Result<Vec<u8>> {
+    encrypt_to_vec(recipients, false, data)
+}
+
 /// Encrypts `data` to `recipients` as an ASCII-armored age file (`age -d` reads it), e.g. a
 /// Shamir share given to one person.
 pub fn encrypt_armored(recipients: &Recipients, data: &[u8]) -> Result<Vec<u8>> {

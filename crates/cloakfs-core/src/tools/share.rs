@@ -70,7 +70,7 @@ pub fn list(volume: &Volume, backing: &Path) -> Result<Listing> {
         Err(e) => return Err(e),
     };
     Ok(Listing {
-        recipients: h.grants.into_iter().map(|g| g.recipient).collect(),
+        recipients: h.recipients(),
         verified,
     })
 }
