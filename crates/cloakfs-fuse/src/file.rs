@@ -256,7 +256,7 @@ impl CloakFs {
         }
         let (held, m) = self.hold_created(&p, stored.backing(), fd.as_fd())?;
         let (inode, attr) = self.lookup_stated(held, &m, &p, name)?;
-        let file = match inode.install(&self.codec, self.coherence.sharing, fd) {
+        let file = match inode.install(&self.codec, self.coherence.sharing, fd, &m) {
             Ok(f) => f,
             Err(e) => {
                 self.inodes.forget(inode.nodeid, 1);

@@ -194,12 +194,13 @@ impl Inode {
     }
 
     /// Installs a file just created read-write as this node's open file (unless one is open
-    /// already) and registers one user.
+    /// already) and registers one user. `m` is the new file's fstat, just taken.
     pub(crate) fn install(
         &self,
         codec: &Arc<ContentCodec>,
         sharing: Sharing,
         fd: OwnedFd,
+        m: &Meta,
     ) -> cloakfs_core::Result<Arc<ContentFile>> {
         let mut st = self.state();
         if let Some(f) = st.file.clone() {
@@ -208,7 +209,8 @@ impl Inode {
                 return Ok(f);
             }
         }
-        let f = Arc::new(ContentFile::open(codec.clone(), fd.into())?.with_sharing(sharing));
+        let f = ContentFile::open_stated(codec.clone(), fd.into(), m.size, m.blocks)?;
+        let f = Arc::new(f.with_sharing(sharing));
         st.file = Some(f.clone());
         st.writable = true;
         st.users += 1;

@@ -19,7 +19,7 @@ use rayon::prelude::*;
 use std::cell::RefCell;
 use std::fs::File;
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::os::unix::io::AsRawFd;
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -94,7 +94,17 @@ impl ContentFile {
     /// first use.
     pub fn open(codec: Arc<ContentCodec>, file: File) -> Result<Self> {
         let meta = file.metadata()?;
-        let len = meta.len();
+        Self::open_stated(codec, file, meta.len(), meta.blocks())
+    }
+
+    /// [`ContentFile::open`] for a backing file whose length and allocated 512-byte units
+    /// (`st_blocks`) the caller has just read, as after creating it.
+    pub fn open_stated(
+        codec: Arc<ContentCodec>,
+        file: File,
+        len: u64,
+        blocks: u64,
+    ) -> Result<Self> {
         let state = State {
             written: Batches::default(),
             loaded: len == 0,
@@ -102,7 +112,7 @@ impl ContentFile {
             recipients: Vec::new(),
             id_owned: false,
             size: codec.layout().plain_size_lenient(len),
-            holes: may_have_holes(&meta),
+            holes: may_have_holes(len, blocks),
         };
         let this = Self {
             codec,
@@ -131,7 +141,7 @@ impl ContentFile {
         let _ = self.sharing.refresh_attrs(&self.file);
         let meta = self.file.metadata()?;
         st.size = self.layout().plain_size_lenient(meta.len());
-        st.holes = may_have_holes(&meta);
+        st.holes = may_have_holes(meta.len(), meta.blocks());
         let old = st.cipher.as_ref().map(FileCipher::id);
         st.loaded = false;
         st.cipher = None;
@@ -283,7 +293,7 @@ impl ContentFile {
         let mut st = self.write_state();
         let meta = self.file.metadata()?;
         st.size = self.layout().plain_size_lenient(meta.len());
-        st.holes = may_have_holes(&meta);
+        st.holes = may_have_holes(meta.len(), meta.blocks());
         Ok(st.size)
     }
 
@@ -639,7 +649,8 @@ impl ContentFile {
                 // The range growing the file made holes of is now allocated: writes to the
                 // file no longer need reserving, unless holes remain elsewhere.
                 let (_hold, mut st) = self.changing()?;
-                st.holes = may_have_holes(&self.file.metadata()?);
+                let meta = self.file.metadata()?;
+                st.holes = may_have_holes(meta.len(), meta.blocks());
                 Ok(())
             }
         }
@@ -895,9 +906,8 @@ fn open_run(cipher: &FileCipher, layout: Layout, first: u64, buf: &mut [u8]) -> 
 /// Whether a backing file may have holes: it occupies fewer 512-byte units than its length
 /// needs. Delayed allocation counts as occupied (ext4 includes it in `st_blocks`); a
 /// compressing file system can make this true without holes, which only costs reservations.
-fn may_have_holes(meta: &std::fs::Metadata) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    meta.blocks().saturating_mul(512) < meta.len()
+fn may_have_holes(len: u64, blocks: u64) -> bool {
+    blocks.saturating_mul(512) < len
 }
 
 fn fallocate(file: &File, mode: i32, off: u64, len: u64) -> std::io::Result<()> {
