@@ -442,7 +442,13 @@ impl ContentFile {
         data: &[u8],
         reserve: bool,
     ) -> Result<(u64, u64)> {
-        let mut header = self.new_header(st)?;
+        let layout = self.layout();
+        let span = layout.span(off, data.len() as u64);
+        // A fresh header comes with the nonces of the blocks below (one getrandom(2)).
+        let (mut header, drawn) = match self.new_header(st, span.count as usize)? {
+            Some((h, nonces)) => (Some(h), Some(nonces)),
+            None => (None, None),
+        };
         if off > st.size || st.size > 0 {
             if let Some(h) = header.take() {
                 self.put_header(st, &h)?;
@@ -451,12 +457,10 @@ impl ContentFile {
         if off > st.size {
             self.extend(st, off)?;
         }
-        let layout = self.layout();
         let bs = layout.block_size();
         let end = off + data.len() as u64;
         let old_size = st.size;
         let new_size = old_size.max(end);
-        let span = layout.span(off, data.len() as u64);
         let cipher = st.cipher.as_ref().expect("header ensured");
         let c_start = layout.cipher_offset(span.first);
         let c_end = layout
@@ -475,7 +479,9 @@ impl ContentFile {
                 head.copy_from_slice(h);
             }
             // One getrandom(2) for the nonces of every block of the request.
-            let mut nonces = cipher.fresh_nonces(span.count as usize).into_iter();
+            let mut nonces = drawn
+                .unwrap_or_else(|| cipher.fresh_nonces(span.count as usize))
+                .into_iter();
             // Edge blocks that keep old bytes need read-modify-write; the rest is sealed from
             // `data` directly.
             let mut direct = Vec::with_capacity(span.count as usize);
@@ -680,8 +686,8 @@ impl ContentFile {
     /// Gives a file whose ID is not its own (no data, or holes only) a fresh header and file
     /// ID before anything is sealed under it.
     fn ensure_header(&self, st: &mut State) -> Result<()> {
-        match self.new_header(st)? {
-            Some(header) => self.put_header(st, &header),
+        match self.new_header(st, 0)? {
+            Some((header, _)) => self.put_header(st, &header),
             None => Ok(()),
         }
     }
@@ -697,24 +703,31 @@ impl ContentFile {
     }
 
     /// For a file whose ID is not its own yet: a fresh header, already keying `st`, for the
-    /// caller to write (`None` if the file keeps its ID). For a file without data the caller
-    /// may write it ahead of its first block in one system call: whatever the backing file
-    /// holds then (nothing, a header, or a header and fewer bytes than a sealed block's
-    /// overhead) lies within that write, so nothing old survives it.
-    fn new_header(&self, st: &mut State) -> Result<Option<Vec<u8>>> {
+    /// caller to write, with `nonces` fresh nonces for the blocks it seals next (`None` if the
+    /// file keeps its ID). For a file without data the caller may write it ahead of its first
+    /// block in one system call: whatever the backing file holds then (nothing, a header, or a
+    /// header and fewer bytes than a sealed block's overhead) lies within that write, so
+    /// nothing old survives it.
+    fn new_header(
+        &self,
+        st: &mut State,
+        nonces: usize,
+    ) -> Result<Option<(Vec<u8>, Vec<FreshNonce>)>> {
         // A file without data gets a fresh ID every time: a failed first write may have
         // taken its header away again (put_back).
         if st.size > 0 && (st.id_owned || self.first_sealed_block_opens(st)?) {
             st.id_owned = true;
             return Ok(None);
         }
-        let (bytes, opened) = self.codec.fresh_header(&st.recipients)?;
+        let (bytes, opened, nonces) = self
+            .codec
+            .fresh_header_with_nonces(&st.recipients, nonces)?;
         // The header's in-file bytes (none where the suite keeps it in an xattr, written here).
         let bytes = header::place(&self.codec, &self.file, bytes)?;
         st.cipher = Some(opened.cipher);
         st.recipients = opened.recipients;
         st.id_owned = true;
-        Ok(Some(bytes))
+        Ok(Some((bytes, nonces)))
     }
 
     /// Whether the file has a sealed (non-hole) block, after opening the first one: that
