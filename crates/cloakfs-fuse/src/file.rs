@@ -197,6 +197,8 @@ impl CloakFs {
         Ok(())
     }
 
+    /// Creates (or, without `O_EXCL`, opens) file `name` in `parent` for a CREATE request;
+    /// returns its attributes and whether this request made it.
     pub(crate) fn do_create(
         &self,
         req: &Request,
@@ -204,18 +206,23 @@ impl CloakFs {
         name: &OsStr,
         mode: u32,
         flags: i32,
-    ) -> Res<FileAttr> {
+    ) -> Res<(FileAttr, bool)> {
         self.writable()?;
         sys::exact_modes();
         let p = self.node(parent)?;
         let stored = self.name_for_new(&p, name)?;
         let created = self.write_sidecar(p.fd(), &stored)?;
-        let mut oflags = OFlags::CREATE | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        if flags & libc::O_EXCL != 0 {
-            oflags |= OFlags::EXCL;
-        }
+        let oflags = OFlags::CREATE | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let perm = Mode::from_raw_mode(mode & 0o7777);
-        let fd = match rustix::fs::openat(p.fd(), stored.backing(), oflags, perm) {
+        // Exclusive even when the caller did not ask, so that a new file is known to be new
+        // (see `Inode::created`); a file that exists after all is opened as asked.
+        let mut opened = rustix::fs::openat(p.fd(), stored.backing(), oflags | OFlags::EXCL, perm)
+            .map(|fd| (fd, true));
+        if flags & libc::O_EXCL == 0 && opened.as_ref().err() == Some(&rustix::io::Errno::EXIST) {
+            opened =
+                rustix::fs::openat(p.fd(), stored.backing(), oflags, perm).map(|fd| (fd, false));
+        }
+        let (fd, made) = match opened {
             Ok(fd) => fd,
             Err(e)
                 if flags & libc::O_ACCMODE == libc::O_RDONLY
@@ -237,7 +244,7 @@ impl CloakFs {
                     self.inodes.forget(inode.nodeid, 1);
                     return Err(self.fail(&e, inode.fd(), None));
                 }
-                return Ok(attr);
+                return Ok((attr, false));
             }
             Err(e) => {
                 if created {
@@ -256,7 +263,7 @@ impl CloakFs {
         }
         let (held, m) = self.hold_created(&p, stored.backing(), fd.as_fd())?;
         let (inode, attr) = self.lookup_stated(held, &m, &p, name)?;
-        let file = match inode.install(&self.codec, self.coherence.sharing, fd) {
+        let file = match inode.install(&self.codec, self.coherence.sharing, fd, &m) {
             Ok(f) => f,
             Err(e) => {
                 self.inodes.forget(inode.nodeid, 1);
@@ -267,7 +274,7 @@ impl CloakFs {
             tracing::warn!("{}: default recipients: {e}", sys::describe(inode.fd()));
         }
         if flags & libc::O_TRUNC == 0 || file.size() == 0 {
-            return Ok(attr);
+            return Ok((attr, made));
         }
         // An existing file opened with O_TRUNC.
         let truncated = self.kill_suidgid_on_truncate(req, &inode).and_then(|()| {
@@ -281,7 +288,7 @@ impl CloakFs {
             return Err(errno);
         }
         inode.emptied();
-        self.stat(&inode)
+        Ok((self.stat(&inode)?, false))
     }
 
     pub(crate) fn do_read(&self, ino: INodeNo, offset: u64, size: u32, reply: ReplyData) {

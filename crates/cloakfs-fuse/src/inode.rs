@@ -66,6 +66,9 @@ struct OpenState {
     /// A write the kernel had already acknowledged that did not reach the backing file, or a
     /// failed fsync of it, and the handles still to be told (see [`Inode::lose`]).
     lost: Option<(fuser::Errno, HashSet<u64>)>,
+    /// The handle whose CREATE made the file, while it is open and no capability was set
+    /// through this mount since (see [`Inode::created`]).
+    made_by: Option<u64>,
 }
 
 /// One node known to the kernel.
@@ -194,12 +197,13 @@ impl Inode {
     }
 
     /// Installs a file just created read-write as this node's open file (unless one is open
-    /// already) and registers one user.
+    /// already) and registers one user. `m` is the new file's fstat, just taken.
     pub(crate) fn install(
         &self,
         codec: &Arc<ContentCodec>,
         sharing: Sharing,
         fd: OwnedFd,
+        m: &Meta,
     ) -> cloakfs_core::Result<Arc<ContentFile>> {
         let mut st = self.state();
         if let Some(f) = st.file.clone() {
@@ -208,7 +212,8 @@ impl Inode {
                 return Ok(f);
             }
         }
-        let f = Arc::new(ContentFile::open(codec.clone(), fd.into())?.with_sharing(sharing));
+        let f = ContentFile::open_stated(codec.clone(), fd.into(), m.size, m.blocks)?;
+        let f = Arc::new(f.with_sharing(sharing));
         st.file = Some(f.clone());
         st.writable = true;
         st.users += 1;
@@ -287,11 +292,36 @@ impl Inode {
         self.state().handles.insert(fh);
     }
 
+    /// Registers open handle `fh` of a file its CREATE has just made. Until that handle is
+    /// released, or a capability is set through this mount, the file is known to have no
+    /// `security.capability`, which the kernel asks for before the first write after every
+    /// CREATE: the answer needs no system call. A capability set on the backing file
+    /// directly meanwhile shows once the handle is closed (no exec can read it before: the
+    /// file is open for writing), and the backing write drops it anyway.
+    pub(crate) fn created(&self, fh: u64) {
+        let mut st = self.state();
+        st.handles.insert(fh);
+        st.made_by = Some(fh);
+    }
+
+    /// Whether the file is known to have no `security.capability` (see [`Inode::created`]).
+    pub(crate) fn capability_absent(&self) -> bool {
+        self.state().made_by.is_some()
+    }
+
+    /// A capability was set or removed through this mount.
+    pub(crate) fn capability_changed(&self) {
+        self.state().made_by = None;
+    }
+
     /// Handle `fh` is released: it was told of any loss at its close. The last handle to be
     /// told handles the loss.
     pub(crate) fn closed(&self, fh: u64) {
         let mut st = self.state();
         st.handles.remove(&fh);
+        if st.made_by == Some(fh) {
+            st.made_by = None;
+        }
         if let Some((_, handles)) = &mut st.lost {
             handles.remove(&fh);
             if handles.is_empty() {

@@ -703,10 +703,14 @@ impl Filesystem for CloakFs {
         reply: ReplyCreate,
     ) {
         match self.do_create(req, parent, name, mode, flags) {
-            Ok(attr) => {
+            Ok((attr, made)) => {
                 let fh = self.new_fh();
                 if let Ok(inode) = self.node(attr.ino) {
-                    inode.opened(fh);
+                    if made && !self.coherence.sharing.is_shared() {
+                        inode.created(fh);
+                    } else {
+                        inode.opened(fh);
+                    }
                 }
                 reply.created(
                     &self.coherence.entry_ttl(self.ttl, &attr),

@@ -297,6 +297,9 @@ impl CloakFs {
         if inode.kind == Kind::Symlink {
             return Err(enodata());
         }
+        if name.as_bytes() == CAPABILITY && inode.capability_absent() {
+            return Err(enodata());
+        }
         let backing = Backing::of(&inode);
         let stored = self.stored_xattr_name(&inode, name)?;
         let backing_name = stored.as_deref().unwrap_or(name.as_bytes());
@@ -334,6 +337,9 @@ impl CloakFs {
         let inode = self.node(ino)?;
         if inode.kind == Kind::Symlink {
             return Err(Errno::EPERM);
+        }
+        if name.as_bytes() == CAPABILITY {
+            inode.capability_changed();
         }
         let backing = Backing::of(&inode);
         let flags = XattrFlags::from_bits_retain(flags as u32);
@@ -430,6 +436,9 @@ impl CloakFs {
         let inode = self.node(ino)?;
         if inode.kind == Kind::Symlink {
             return Err(Errno::EPERM);
+        }
+        if name.as_bytes() == CAPABILITY {
+            inode.capability_changed();
         }
         let stored = self.stored_xattr_name(&inode, name)?;
         let backing_name = stored.as_deref().unwrap_or(name.as_bytes());

@@ -936,11 +936,8 @@ fn security_labels_are_refused_and_capabilities_pass_through() {
     assert_eq!(errno(&e), libc::EOPNOTSUPP);
     let e = setxattr(&fs.p("f"), "security.SMACK64", b"x", 0).unwrap_err();
     assert_eq!(errno(&e), libc::EOPNOTSUPP);
-    // File capabilities (v2: CAP_NET_RAW permitted) are the kernel's to use on exec.
-    let mut caps = 0x0200_0000u32.to_le_bytes().to_vec();
-    for word in [1u32 << 13, 0, 0, 0] {
-        caps.extend_from_slice(&word.to_le_bytes());
-    }
+    // File capabilities are the kernel's to use on exec.
+    let caps = net_raw_capability();
     setxattr(&fs.p("f"), "security.capability", &caps, 0).unwrap();
     assert_eq!(
         getxattr(&fs.p("f"), "security.capability", true).unwrap(),
@@ -952,6 +949,74 @@ fn security_labels_are_refused_and_capabilities_pass_through() {
     );
     let names = listxattr(&fs.p("f")).unwrap();
     assert_eq!(names, vec![b"security.capability".to_vec()]);
+}
+
+/// A `security.capability` value (v2: CAP_NET_RAW permitted).
+fn net_raw_capability() -> Vec<u8> {
+    let mut caps = 0x0200_0000u32.to_le_bytes().to_vec();
+    for word in [1u32 << 13, 0, 0, 0] {
+        caps.extend_from_slice(&word.to_le_bytes());
+    }
+    caps
+}
+
+/// The kernel asks for `security.capability` before the first write after a CREATE; the
+/// daemon answers it for a file the CREATE made from what it knows, until the creating handle
+/// closes. What is set through the mount shows at once, what is set on the backing file
+/// directly after that close, and a file that existed (a CREATE under a stale negative
+/// entry) is asked of the backing file.
+#[test]
+fn a_new_files_capability_is_known_absent_while_its_creator_has_it_open() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    const CAP: &str = "security.capability";
+    let absent = |p: &Path| errno(&getxattr(p, CAP, true).unwrap_err()) == libc::ENODATA;
+    let fs = TestFs::new();
+    let caps = net_raw_capability();
+
+    let mut f = File::create(fs.p("f")).unwrap();
+    f.write_all(b"data").unwrap();
+    assert!(absent(&fs.p("f")));
+    setxattr(&fs.p("f"), CAP, &caps, 0).unwrap();
+    assert_eq!(getxattr(&fs.p("f"), CAP, true).unwrap(), caps);
+    removexattr(&fs.p("f"), CAP).unwrap();
+    assert!(absent(&fs.p("f")));
+    drop(f);
+
+    let g = File::create(fs.p("g")).unwrap();
+    setxattr(&fs.backing("g"), CAP, &caps, 0).unwrap();
+    drop(g);
+    assert_eq!(getxattr(&fs.p("g"), CAP, true).unwrap(), caps);
+
+    // "h" is looked up (the kernel keeps the negative entry), then made in the cipher
+    // directory behind the mount's back, with a capability: the open that creates it through
+    // the mount opens the existing file instead, contents and capability included.
+    fs::write(fs.p("src"), b"old").unwrap();
+    assert!(!fs.p("h").exists());
+    fs::copy(fs.backing("src"), fs.backing("h")).unwrap();
+    setxattr(&fs.backing("h"), CAP, &caps, 0).unwrap();
+    let mut h = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(fs.p("h"))
+        .unwrap();
+    let mut text = String::new();
+    h.read_to_string(&mut text).unwrap();
+    assert_eq!(text, "old");
+    assert_eq!(getxattr(&fs.p("h"), CAP, true).unwrap(), caps);
+    drop(h);
+    assert!(!fs.p("i").exists());
+    fs::copy(fs.backing("src"), fs.backing("i")).unwrap();
+    let e = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(fs.p("i"))
+        .unwrap_err();
+    assert_eq!(errno(&e), libc::EEXIST);
 }
 
 #[test]

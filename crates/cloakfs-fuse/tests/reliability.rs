@@ -150,7 +150,9 @@ impl Tmpfs {
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        // Under the spawn lock, like every child: one forked meanwhile would hold another
+        // test's open files and make its unmount fail as busy.
+        let _ = run(Command::new("umount").arg("-l").arg(&self.0));
     }
 }
 

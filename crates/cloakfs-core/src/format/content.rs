@@ -269,7 +269,28 @@ impl ContentCodec {
     /// A fresh header with a new random file ID (and, shared, a new file key granted to
     /// `recipients`, or to the member if there are none): its bytes and what it opens to.
     pub fn fresh_header(&self, recipients: &[String]) -> Result<(Vec<u8>, OpenedHeader)> {
-        let id = FileId::random();
+        self.header_with_id(FileId::random(), recipients)
+    }
+
+    /// [`ContentCodec::fresh_header`] and `count` fresh nonces for the file's first blocks, the
+    /// file ID and the nonces drawn in one getrandom(2): a new file's first write needs both.
+    pub fn fresh_header_with_nonces(
+        &self,
+        recipients: &[String],
+        count: usize,
+    ) -> Result<(Vec<u8>, OpenedHeader, Vec<FreshNonce>)> {
+        let mut id = [0u8; 16];
+        let nonce_len = self.suite.nonce_len();
+        let mut drawn = vec![0u8; id.len() + count * nonce_len];
+        crate::crypto::random::fill(&mut drawn);
+        let (id_bytes, nonces) = drawn.split_at(id.len());
+        id.copy_from_slice(id_bytes);
+        let (bytes, opened) = self.header_with_id(FileId(id), recipients)?;
+        Ok((bytes, opened, FreshNonce::split(nonces, nonce_len, count)))
+    }
+
+    /// A header for new file `id` (see [`ContentCodec::fresh_header`]).
+    fn header_with_id(&self, id: FileId, recipients: &[String]) -> Result<(Vec<u8>, OpenedHeader)> {
         match &self.keys {
             FileKeySource::Derived(_) => Ok((
                 FileHeader { id }.to_bytes().to_vec(),
@@ -391,6 +412,16 @@ impl FreshNonce {
         }
     }
 
+    /// `count` nonces of `nonce_len` bytes from `drawn` (`count * nonce_len` bytes just drawn
+    /// from the OS RNG).
+    fn split(drawn: &[u8], nonce_len: usize, count: usize) -> Vec<Self> {
+        debug_assert_eq!(drawn.len(), count * nonce_len);
+        if nonce_len == 0 {
+            return (0..count).map(|_| Self::from_os(&[])).collect();
+        }
+        drawn.chunks_exact(nonce_len).map(Self::from_os).collect()
+    }
+
     fn as_bytes(&self) -> &[u8] {
         &self.bytes[..self.len as usize]
     }
@@ -438,18 +469,11 @@ impl FileCipher {
     /// request that seals `count` blocks: one getrandom(2) per request instead of one per block.
     /// Each is consumed by [`FileCipher::seal_fresh`].
     pub fn fresh_nonces(&self, count: usize) -> Vec<FreshNonce> {
-        if count == 0 {
-            return Vec::new();
-        }
-        if self.nonce_len == 0 {
-            return (0..count).map(|_| FreshNonce::from_os(&[])).collect();
-        }
         let mut drawn = vec![0u8; count * self.nonce_len];
-        crate::crypto::random::fill(&mut drawn);
-        drawn
-            .chunks_exact(self.nonce_len)
-            .map(FreshNonce::from_os)
-            .collect()
+        if !drawn.is_empty() {
+            crate::crypto::random::fill(&mut drawn);
+        }
+        FreshNonce::split(&drawn, self.nonce_len, count)
     }
 
     /// Seals `plain` as block `block` into `out` (`plain.len() + overhead` bytes) with a fresh
@@ -786,6 +810,42 @@ mod tests {
                 c.open(i as u64, &sealed, &mut out).unwrap();
                 assert_eq!(out, plain);
             }
+        }
+    }
+
+    #[test]
+    fn a_fresh_header_comes_with_fresh_nonces_for_its_first_blocks() {
+        let mut ids = std::collections::HashSet::new();
+        for suite in ALL_SUITES.into_iter().chain([ContentSuite::Aes256Xts]) {
+            let codec = codec(suite, false);
+            let (bytes, opened, nonces) = codec.fresh_header_with_nonces(&[], 3).unwrap();
+            let id = FileHeader::parse(&bytes).unwrap().id;
+            assert_eq!(opened.cipher.id(), id);
+            assert!(ids.insert(id.0), "file ID repeated");
+            let reopened = codec.open_header(&bytes).unwrap().cipher;
+            assert_eq!(nonces.len(), 3);
+            let mut seen = std::collections::HashSet::new();
+            for (b, nonce) in nonces.into_iter().enumerate() {
+                assert_eq!(nonce.as_bytes().len(), suite.nonce_len());
+                if suite.nonce_len() > 0 {
+                    let n = suite.nonce_len().min(id.0.len());
+                    assert_ne!(
+                        &nonce.as_bytes()[..n],
+                        &id.0[..n],
+                        "drawn apart from the ID"
+                    );
+                    assert!(seen.insert(nonce.as_bytes().to_vec()), "nonce repeated");
+                }
+                let plain = [b as u8 + 1; 100];
+                let mut sealed = vec![0u8; plain.len() + suite.overhead() as usize];
+                opened
+                    .cipher
+                    .seal_fresh(b as u64, nonce, &plain, &mut sealed);
+                let mut out = [0u8; 100];
+                reopened.open(b as u64, &sealed, &mut out).unwrap();
+                assert_eq!(out, plain);
+            }
+            assert!(codec.fresh_header_with_nonces(&[], 0).unwrap().2.is_empty());
         }
     }
 

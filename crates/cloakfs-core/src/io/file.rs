@@ -19,7 +19,7 @@ use rayon::prelude::*;
 use std::cell::RefCell;
 use std::fs::File;
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::os::unix::io::AsRawFd;
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -94,7 +94,17 @@ impl ContentFile {
     /// first use.
     pub fn open(codec: Arc<ContentCodec>, file: File) -> Result<Self> {
         let meta = file.metadata()?;
-        let len = meta.len();
+        Self::open_stated(codec, file, meta.len(), meta.blocks())
+    }
+
+    /// [`ContentFile::open`] for a backing file whose length and allocated 512-byte units
+    /// (`st_blocks`) the caller has just read, as after creating it.
+    pub fn open_stated(
+        codec: Arc<ContentCodec>,
+        file: File,
+        len: u64,
+        blocks: u64,
+    ) -> Result<Self> {
         let state = State {
             written: Batches::default(),
             loaded: len == 0,
@@ -102,7 +112,7 @@ impl ContentFile {
             recipients: Vec::new(),
             id_owned: false,
             size: codec.layout().plain_size_lenient(len),
-            holes: may_have_holes(&meta),
+            holes: may_have_holes(len, blocks),
         };
         let this = Self {
             codec,
@@ -131,7 +141,7 @@ impl ContentFile {
         let _ = self.sharing.refresh_attrs(&self.file);
         let meta = self.file.metadata()?;
         st.size = self.layout().plain_size_lenient(meta.len());
-        st.holes = may_have_holes(&meta);
+        st.holes = may_have_holes(meta.len(), meta.blocks());
         let old = st.cipher.as_ref().map(FileCipher::id);
         st.loaded = false;
         st.cipher = None;
@@ -283,7 +293,7 @@ impl ContentFile {
         let mut st = self.write_state();
         let meta = self.file.metadata()?;
         st.size = self.layout().plain_size_lenient(meta.len());
-        st.holes = may_have_holes(&meta);
+        st.holes = may_have_holes(meta.len(), meta.blocks());
         Ok(st.size)
     }
 
@@ -432,7 +442,13 @@ impl ContentFile {
         data: &[u8],
         reserve: bool,
     ) -> Result<(u64, u64)> {
-        let mut header = self.new_header(st)?;
+        let layout = self.layout();
+        let span = layout.span(off, data.len() as u64);
+        // A fresh header comes with the nonces of the blocks below (one getrandom(2)).
+        let (mut header, drawn) = match self.new_header(st, span.count as usize)? {
+            Some((h, nonces)) => (Some(h), Some(nonces)),
+            None => (None, None),
+        };
         if off > st.size || st.size > 0 {
             if let Some(h) = header.take() {
                 self.put_header(st, &h)?;
@@ -441,12 +457,10 @@ impl ContentFile {
         if off > st.size {
             self.extend(st, off)?;
         }
-        let layout = self.layout();
         let bs = layout.block_size();
         let end = off + data.len() as u64;
         let old_size = st.size;
         let new_size = old_size.max(end);
-        let span = layout.span(off, data.len() as u64);
         let cipher = st.cipher.as_ref().expect("header ensured");
         let c_start = layout.cipher_offset(span.first);
         let c_end = layout
@@ -465,7 +479,9 @@ impl ContentFile {
                 head.copy_from_slice(h);
             }
             // One getrandom(2) for the nonces of every block of the request.
-            let mut nonces = cipher.fresh_nonces(span.count as usize).into_iter();
+            let mut nonces = drawn
+                .unwrap_or_else(|| cipher.fresh_nonces(span.count as usize))
+                .into_iter();
             // Edge blocks that keep old bytes need read-modify-write; the rest is sealed from
             // `data` directly.
             let mut direct = Vec::with_capacity(span.count as usize);
@@ -639,7 +655,8 @@ impl ContentFile {
                 // The range growing the file made holes of is now allocated: writes to the
                 // file no longer need reserving, unless holes remain elsewhere.
                 let (_hold, mut st) = self.changing()?;
-                st.holes = may_have_holes(&self.file.metadata()?);
+                let meta = self.file.metadata()?;
+                st.holes = may_have_holes(meta.len(), meta.blocks());
                 Ok(())
             }
         }
@@ -669,8 +686,8 @@ impl ContentFile {
     /// Gives a file whose ID is not its own (no data, or holes only) a fresh header and file
     /// ID before anything is sealed under it.
     fn ensure_header(&self, st: &mut State) -> Result<()> {
-        match self.new_header(st)? {
-            Some(header) => self.put_header(st, &header),
+        match self.new_header(st, 0)? {
+            Some((header, _)) => self.put_header(st, &header),
             None => Ok(()),
         }
     }
@@ -686,24 +703,31 @@ impl ContentFile {
     }
 
     /// For a file whose ID is not its own yet: a fresh header, already keying `st`, for the
-    /// caller to write (`None` if the file keeps its ID). For a file without data the caller
-    /// may write it ahead of its first block in one system call: whatever the backing file
-    /// holds then (nothing, a header, or a header and fewer bytes than a sealed block's
-    /// overhead) lies within that write, so nothing old survives it.
-    fn new_header(&self, st: &mut State) -> Result<Option<Vec<u8>>> {
+    /// caller to write, with `nonces` fresh nonces for the blocks it seals next (`None` if the
+    /// file keeps its ID). For a file without data the caller may write it ahead of its first
+    /// block in one system call: whatever the backing file holds then (nothing, a header, or a
+    /// header and fewer bytes than a sealed block's overhead) lies within that write, so
+    /// nothing old survives it.
+    fn new_header(
+        &self,
+        st: &mut State,
+        nonces: usize,
+    ) -> Result<Option<(Vec<u8>, Vec<FreshNonce>)>> {
         // A file without data gets a fresh ID every time: a failed first write may have
         // taken its header away again (put_back).
         if st.size > 0 && (st.id_owned || self.first_sealed_block_opens(st)?) {
             st.id_owned = true;
             return Ok(None);
         }
-        let (bytes, opened) = self.codec.fresh_header(&st.recipients)?;
+        let (bytes, opened, nonces) = self
+            .codec
+            .fresh_header_with_nonces(&st.recipients, nonces)?;
         // The header's in-file bytes (none where the suite keeps it in an xattr, written here).
         let bytes = header::place(&self.codec, &self.file, bytes)?;
         st.cipher = Some(opened.cipher);
         st.recipients = opened.recipients;
         st.id_owned = true;
-        Ok(Some(bytes))
+        Ok(Some((bytes, nonces)))
     }
 
     /// Whether the file has a sealed (non-hole) block, after opening the first one: that
@@ -895,9 +919,8 @@ fn open_run(cipher: &FileCipher, layout: Layout, first: u64, buf: &mut [u8]) -> 
 /// Whether a backing file may have holes: it occupies fewer 512-byte units than its length
 /// needs. Delayed allocation counts as occupied (ext4 includes it in `st_blocks`); a
 /// compressing file system can make this true without holes, which only costs reservations.
-fn may_have_holes(meta: &std::fs::Metadata) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    meta.blocks().saturating_mul(512) < meta.len()
+fn may_have_holes(len: u64, blocks: u64) -> bool {
+    blocks.saturating_mul(512) < len
 }
 
 fn fallocate(file: &File, mode: i32, off: u64, len: u64) -> std::io::Result<()> {
