@@ -362,10 +362,7 @@ impl CloakFs {
         match built {
             Ok(dfd) => Ok((dfd, id)),
             Err(e) => {
-                if let Ok(t) = open_subdir(pfd, tmp.as_str()) {
-                    let _ = rustix::fs::unlinkat(&t, DIRID_FILE, AtFlags::empty());
-                }
-                let _ = rustix::fs::unlinkat(pfd, tmp.as_str(), AtFlags::REMOVEDIR);
+                remove_unused_dir(pfd, &tmp);
                 Err(e)
             }
         }
@@ -493,6 +490,56 @@ fn open_subdir<P: rustix::path::Arg>(dir: BorrowedFd<'_>, name: P) -> rustix::io
             | rustix::fs::OFlags::CLOEXEC,
         Mode::empty(),
     )
+}
+
+/// Removes directory `tmp` of `parent` that a mkdir built and could not use (it lost a race,
+/// or failed), with what is in it: nothing but that mkdir's own files.
+///
+/// A store whose client hides a removed file that is still open, instead of removing it
+/// (libfuse's `.fuse_hidden*` names, as sshfs without `hard_remove`), may do so with the ID
+/// file just closed here: the kernel sends the close on its way without waiting, and when it
+/// arrives while the hiding rename is under way, the hidden file stays for good. So every
+/// entry goes, and again while the directory is not empty, a bounded number of times.
+fn remove_unused_dir(parent: BorrowedFd<'_>, tmp: &str) {
+    const ATTEMPTS: u64 = 20;
+    for attempt in 1..=ATTEMPTS {
+        if let Ok(t) = rustix::fs::openat(
+            parent,
+            tmp,
+            rustix::fs::OFlags::RDONLY
+                | rustix::fs::OFlags::DIRECTORY
+                | rustix::fs::OFlags::NOFOLLOW
+                | rustix::fs::OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            let mut names = Vec::new();
+            if let Ok(mut d) = Dir::read_from(&t) {
+                while let Some(Ok(ent)) = d.read() {
+                    let raw = ent.file_name().to_bytes();
+                    if raw != b"." && raw != b".." {
+                        names.push(OsStr::from_bytes(raw).to_os_string());
+                    }
+                }
+            }
+            for name in names {
+                let _ = rustix::fs::unlinkat(&t, name.as_os_str(), AtFlags::empty());
+            }
+        }
+        match rustix::fs::unlinkat(parent, tmp, AtFlags::REMOVEDIR) {
+            Err(rustix::io::Errno::NOTEMPTY | rustix::io::Errno::EXIST) if attempt < ATTEMPTS => {
+                // The close may still be on its way to the store's client.
+                std::thread::sleep(std::time::Duration::from_millis(attempt));
+            }
+            Ok(()) | Err(rustix::io::Errno::NOENT) => return,
+            Err(e) => {
+                tracing::warn!(
+                    "{}: an unused temporary directory stays ({e}); fsck lists it",
+                    sys::describe(parent)
+                );
+                return;
+            }
+        }
+    }
 }
 
 /// Renames `from` to `to` in the same directory, failing with EEXIST if `to` exists.
