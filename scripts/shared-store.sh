@@ -84,6 +84,13 @@ EOF
     # bytes. README: Shared and distributed storage.
     gluster_cli "$d" volume set "$vol" performance.quick-read off >/dev/null
     gluster_cli "$d" volume set "$vol" performance.stat-prefetch off >/dev/null
+    # While a file is written without pause (eager lock), its replicas' changelog is updated
+    # only when the writes stop: a brick killed and started again meanwhile is blamed by
+    # nobody and serves reads (size, blocks) of the file before self-heal reaches it, and a
+    # read-modify-write there writes old bytes back (cloakfs's appends then left zeros).
+    # Updated at once, the returning brick is read only once healed. README: Shared and
+    # distributed storage.
+    gluster_cli "$d" volume set "$vol" cluster.post-op-delay-secs 0 >/dev/null
     gluster_cli "$d" volume start "$vol" >/dev/null
     local m
     for m in $(clients "$d"); do
