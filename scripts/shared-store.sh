@@ -9,8 +9,9 @@
 #                                               waits until glusterd has seen it go
 #   scripts/shared-store.sh brick-start DIR [B] starts brick B again, waits until it is online
 #   scripts/shared-store.sh heal-pending DIR    prints how many entries wait for self-heal
-#   scripts/shared-store.sh outage DIR          the whole store unreachable (GlusterFS: the
-#                                               namespace's lo down; sshfs: sshd stopped)
+#   scripts/shared-store.sh outage DIR [silent] the whole store unreachable (GlusterFS: the
+#                                               namespace's lo down; sshfs: sshd stopped, or
+#                                               with `silent` frozen: it no longer answers)
 #   scripts/shared-store.sh restore DIR         the store reachable again
 #
 # The clients are DIR/m1, DIR/m2 (and DIR/m3). GlusterFS refuses loopback addresses, so
@@ -22,7 +23,7 @@ set -euo pipefail
 
 die() { echo "shared-store.sh: $*" >&2; exit 1; }
 usage="usage: shared-store.sh up gluster|sshfs DIR [2|3] | down DIR | brick-kill DIR [1|2] |
-       brick-start DIR [1|2] | heal-pending DIR | outage DIR | restore DIR"
+       brick-start DIR [1|2] | heal-pending DIR | outage DIR [silent] | restore DIR"
 [ $# -ge 2 ] || die "$usage"
 
 addr=10.231.0.1
@@ -148,14 +149,34 @@ start_sshd() { # DIR
     wait_for 10 "sshd's pid file" test -s "$d/ssh/sshd.pid"
 }
 
-# Stops sshd: the listener and every session it forked (each serves one sshfs client).
+# sshd's processes: the listener and every session it forked (each serves one sshfs client).
+sshd_pids() { # DIR
+    local pid
+    pid=$(cat "$1/ssh/sshd.pid")
+    echo "$pid" $(ps -o pid= --ppid "$pid")
+}
+
 stop_sshd() { # DIR
-    local d=$1 pid p
+    local d=$1 pids p
     [ -f "$d/ssh/sshd.pid" ] || return 0
-    pid=$(cat "$d/ssh/sshd.pid")
-    for p in $(ps -o pid= --ppid "$pid") "$pid"; do kill "$p" 2>/dev/null || true; done
+    thaw_sshd "$d"
+    pids=$(sshd_pids "$d")
+    for p in $pids; do kill "$p" 2>/dev/null || true; done
     rm -f "$d/ssh/sshd.pid"
-    wait_for 10 "sshd gone" not_running "$pid"
+    for p in $pids; do wait_for 10 "sshd gone" not_running "$p"; done
+}
+
+# A server that no longer answers (hung, or cut off without a word): sshd's processes stopped,
+# their connections left open.
+freeze_sshd() { # DIR
+    sshd_pids "$1" >"$1/ssh/frozen"
+    kill -STOP $(cat "$1/ssh/frozen")
+}
+
+thaw_sshd() { # DIR
+    [ -f "$1/ssh/frozen" ] || return 0
+    kill -CONT $(cat "$1/ssh/frozen") 2>/dev/null || true
+    rm -f "$1/ssh/frozen"
 }
 
 # Whether process PID is gone, also as a zombie: glusterd takes a brick whose pid still shows
@@ -251,13 +272,15 @@ heal_pending() { # DIR
         END { if (bad) { print "unknown"; exit 1 } print n }'
 }
 
-outage() { # DIR
-    local d=$1
-    case $(cat "$d/kind") in
+outage() { # DIR [silent]
+    local d=$1 how=${2:-}
+    case $(cat "$d/kind"):$how in
     # A network partition: nothing answers and nothing resets a connection, so the clients
     # find out by their network.ping-timeout. The addresses stay on lo while it is down.
-    gluster) ip -n "$(cat "$d/netns")" link set lo down ;;
-    sshfs) stop_sshd "$d" ;;
+    gluster:*) ip -n "$(cat "$d/netns")" link set lo down ;;
+    sshfs:silent) freeze_sshd "$d" ;;
+    sshfs:) stop_sshd "$d" ;;
+    *) die "outage: '$how' is not a kind of outage (silent)" ;;
     esac
 }
 
@@ -265,7 +288,9 @@ restore() { # DIR
     local d=$1
     case $(cat "$d/kind") in
     gluster) ip -n "$(cat "$d/netns")" link set lo up ;;
-    sshfs) start_sshd "$d" ;;
+    sshfs)
+        if [ -f "$d/ssh/frozen" ]; then thaw_sshd "$d"; else start_sshd "$d"; fi
+        ;;
     esac
 }
 
@@ -298,7 +323,7 @@ heal-pending)
     ;;
 outage | restore)
     [ -f "$d/kind" ] || die "$cmd: $d is no store"
-    "$cmd" "$d"
+    "$cmd" "$d" "${3:-}"
     ;;
 *) die "unknown command '$cmd'" ;;
 esac

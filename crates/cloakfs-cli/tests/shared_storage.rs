@@ -452,6 +452,9 @@ struct Written {
     log: Vec<u8>,
 }
 
+/// Each client's latest file: its name and contents.
+type Latest = Mutex<Vec<Option<(String, Vec<u8>)>>>;
+
 /// Client `c` writes file after file under `w/` until `stop` (each fsynced, read back at
 /// once, and the other client's latest file read too), appending a line to its log (held open
 /// throughout, fsynced) after each. Every call must succeed.
@@ -461,7 +464,7 @@ fn keep_writing(
     stop: &AtomicBool,
     brick_down: &AtomicBool,
     done: &AtomicUsize,
-    latest: &Mutex<Vec<Option<(String, Vec<u8>)>>>,
+    latest: &Latest,
 ) -> Written {
     let mut out = Written {
         files: Vec::new(),
@@ -586,6 +589,11 @@ fn brick_killed_and_restarted(st: &Store, per_phase: usize) {
     st.fsck_clean();
 }
 
+/// How long the calls of an outage may take to fail, all together: the store clients' timeouts
+/// (GlusterFS's ping-timeout of 5 s; sshfs's keep-alives of 3 x 2 s, then 5 s per reconnect,
+/// one after another for the calls waiting: 38 s measured) with room to spare.
+const OUTAGE_DEADLINE: Duration = Duration::from_secs(90);
+
 /// A call made on a mount while the store is unreachable.
 type Call = fn(&Path) -> std::io::Result<()>;
 
@@ -605,12 +613,12 @@ const CALLS_IN_AN_OUTAGE: [(&str, Call); 5] = [
     }),
 ];
 
-/// The whole store unreachable (`shared-store.sh outage`): every call on both cloakfs mounts
-/// fails with EIO or ENOTCONN within a bounded time (60 s here) instead of hanging; what was
-/// fsynced before is all there once the store is back, a file held open across the outage
-/// opens again, and both mounts write and read each other's new files. The slowest call's
-/// time to fail.
-fn unreachable_and_back(st: &Store) -> Duration {
+/// The whole store unreachable (`shared-store.sh outage`, `how` as it takes it): every call on
+/// both cloakfs mounts fails with EIO or ENOTCONN within a bounded time ([`OUTAGE_DEADLINE`])
+/// instead of hanging; what was fsynced before is all there once the store is back, a file
+/// held open across the outage opens again (and reads through the older handle then), and
+/// both mounts write and read each other's new files. The slowest call's time to fail.
+fn unreachable_and_back(st: &Store, how: &[&str]) -> Duration {
     for c in 0..2 {
         let mut f = File::create(st.p(c, &format!("kept-{c}"))).unwrap();
         f.write_all(&seeded_bytes(2, c, 0)).unwrap();
@@ -619,7 +627,7 @@ fn unreachable_and_back(st: &Store) -> Duration {
     fs::create_dir(st.p(0, "dir")).unwrap();
     fs::write(st.p(0, "dir/entry"), b"x").unwrap();
     let held = File::open(st.p(1, "kept-0")).unwrap();
-    st.run("outage", &[]);
+    st.run("outage", how);
     let (tx, rx) = mpsc::channel();
     let started = Instant::now();
     let mut pending = Vec::new();
@@ -637,9 +645,9 @@ fn unreachable_and_back(st: &Store) -> Duration {
     }
     let mut slowest = Duration::ZERO;
     while !pending.is_empty() {
-        let left = Duration::from_secs(60).saturating_sub(started.elapsed());
+        let left = OUTAGE_DEADLINE.saturating_sub(started.elapsed());
         let Ok((c, what, r, took)) = rx.recv_timeout(left) else {
-            panic!("with the store unreachable, still no answer after 60 s: {pending:?}");
+            panic!("store unreachable: no answer after {OUTAGE_DEADLINE:?}: {pending:?}");
         };
         pending.retain(|p| *p != (c, what));
         match r {
@@ -668,6 +676,13 @@ fn unreachable_and_back(st: &Store) -> Duration {
             assert!(got == seeded_bytes(2, k, 0), "client {c}: {kept} whole");
         }
     }
+    // The handle open across the outage reads again too, once its file was opened anew.
+    let mut again = Vec::new();
+    std::io::Read::read_to_end(&mut &held, &mut again).unwrap();
+    assert!(
+        again == seeded_bytes(2, 0, 0),
+        "read through the older handle"
+    );
     drop(held);
     st.fsck_clean();
     slowest
@@ -1214,15 +1229,24 @@ fn gluster_brick_killed_and_restarted() {
 #[test]
 fn gluster_store_unreachable_and_back() {
     let st = Store::up("gluster");
-    let slowest = unreachable_and_back(&st);
+    let slowest = unreachable_and_back(&st, &[]);
     eprintln!("figures: GlusterFS unreachable: the slowest call failed after {slowest:.1?}");
 }
 
 #[test]
 fn sshfs_store_unreachable_and_back() {
     let st = Store::up("sshfs");
-    let slowest = unreachable_and_back(&st);
+    let slowest = unreachable_and_back(&st, &[]);
     eprintln!("figures: sshd stopped: the slowest call failed after {slowest:.1?}");
+}
+
+#[test]
+fn sshfs_store_silent_and_back() {
+    // sshd frozen: no answer and no closed connection; sshfs gives up after its keep-alives
+    // (ServerAliveInterval=2, ServerAliveCountMax=3) and each reconnect after ConnectTimeout=5.
+    let st = Store::up("sshfs");
+    let slowest = unreachable_and_back(&st, &["silent"]);
+    eprintln!("figures: sshd frozen: the slowest call failed after {slowest:.1?}");
 }
 
 #[test]
