@@ -312,9 +312,9 @@ up)
     ;;
 down) down "$d" ;;
 brick-kill | brick-start)
-    [ "$(cat "$d/kind" 2>/dev/null)" = gluster ] || die "$cmd: $d is no GlusterFS store"
     b=${3:-2}
     [ "$b" = 1 ] || [ "$b" = 2 ] || die "brick: 1 or 2, not '$b'"
+    [ "$(cat "$d/kind" 2>/dev/null)" = gluster ] || die "$cmd: $d is no GlusterFS store"
     if [ "$cmd" = brick-kill ]; then brick_kill "$d" "$b"; else brick_start "$d" "$b"; fi
     ;;
 heal-pending)

@@ -1047,7 +1047,12 @@ fn tree_workload(st: &Store, c: usize, root: &str, seed: u64, ops: usize) -> Tre
                 }
             }
             4 => {
-                let Some(from) = t.pick(&mut rng, |n| matches!(n, Node::File(_))) else {
+                // At most 8 names a file: a GlusterFS brick keeps an extended attribute per
+                // name (gfid2path), and ext4 has room for a few dozen (ENOSPC at the 31st
+                // name of 50 bytes, also on a plain GlusterFS mount).
+                let names = |n: &Node| t.nodes.values().filter(|m| *m == n).count();
+                let Some(from) = t.pick(&mut rng, |n| matches!(n, Node::File(_)) && names(n) < 8)
+                else {
                     continue;
                 };
                 let to = t.fresh(&mut rng, &mut counter);
@@ -1284,4 +1289,24 @@ fn sshfs_fsx_and_tree_workloads() {
     tree_workloads(&st, if slow() { 3000 } else { 300 });
     assert_eq!(st.leftovers(), Vec::<PathBuf>::new(), "left behind");
     st.fsck_clean();
+}
+
+#[test]
+fn shared_store_script_refuses_what_it_cannot_do() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("store");
+    let refused = |args: &[&str], needle: &str| {
+        let out = Command::new(SCRIPT).args(args).output().unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        assert!(stderr(&out).contains(needle), "{args:?}: {}", stderr(&out));
+    };
+    refused(&["up", "gluster", s(&dir), "4"], "clients: 2 or 3, not '4'");
+    refused(&["up", "nfs", s(&dir)], "unknown store 'nfs'");
+    refused(&["brick-kill", s(&dir), "3"], "brick: 1 or 2, not '3'");
+    refused(&["brick-kill", s(&dir)], "is no GlusterFS store");
+    refused(&["heal-pending", s(&dir)], "is no GlusterFS store");
+    refused(&["outage", s(&dir)], "is no store");
+    refused(&["restore", s(&dir)], "is no store");
+    refused(&["crash", s(&dir)], "unknown command 'crash'");
+    assert!(!dir.join("netns").exists(), "nothing was set up");
 }
