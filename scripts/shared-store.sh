@@ -209,6 +209,10 @@ down() {
         done
         if [ -n "$vol" ]; then
             rm -rf /var/run/gluster/vols/"$vol" /var/run/gluster/shd/"$vol"
+            # The logs glusterd and glfsheal keep outside DIR (bricks named by their path).
+            local path=${d#/}
+            rm -f /var/log/glusterfs/glfsheal-"$vol".log \
+                /var/log/glusterfs/bricks/"${path//\//-}"-b[12].log
         fi
         if ip netns list | grep -qw "$ns"; then
             # Any process left in the namespace (a brick glusterd had no pid file for).
