@@ -42,3 +42,8 @@ if ! command -v cargo >/dev/null; then
     echo "cargo not found: install Rust (https://rustup.rs) first" >&2
     exit 1
 fi
+# The shared-storage tests run fsx, which Debian does not package (nor fsstress, for which the
+# tests have a workload of their own): the Rust rewrite from crates.io, into cargo's bin.
+if ! command -v fsx >/dev/null && [ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/fsx" ]; then
+    cargo install --quiet --locked fsx --version 0.3.2
+fi

@@ -362,10 +362,7 @@ impl CloakFs {
         match built {
             Ok(dfd) => Ok((dfd, id)),
             Err(e) => {
-                if let Ok(t) = open_subdir(pfd, tmp.as_str()) {
-                    let _ = rustix::fs::unlinkat(&t, DIRID_FILE, AtFlags::empty());
-                }
-                let _ = rustix::fs::unlinkat(pfd, tmp.as_str(), AtFlags::REMOVEDIR);
+                remove_unused_dir(pfd, &tmp);
                 Err(e)
             }
         }
@@ -384,12 +381,13 @@ impl CloakFs {
 
     /// Runs `op`, which removes or replaces backing directory `stored` of `parent`, once that
     /// directory holds nothing but cloakfs's own files (ENOTEMPTY otherwise). Leftovers of
-    /// crashes go first, the directory ID last; if `op` then fails, the same ID is put back.
+    /// crashes and files the store's client hid (see [`HIDDEN_PREFIX`]) go first, the
+    /// directory ID last; if `op` then fails, the same ID is put back.
     pub(crate) fn emptied_then(
         &self,
         parent: &Inode,
         stored: &StoredName,
-        op: impl FnOnce() -> rustix::io::Result<()>,
+        mut op: impl FnMut() -> rustix::io::Result<()>,
     ) -> Res<()> {
         let dfd = rustix::fs::openat(
             parent.fd(),
@@ -409,6 +407,10 @@ impl CloakFs {
                 let ent = ent.map_err(errno)?;
                 let raw = ent.file_name().to_bytes();
                 if raw == b"." || raw == b".." {
+                    continue;
+                }
+                if raw.starts_with(HIDDEN_PREFIX) {
+                    internal.push((raw.to_vec(), ent.file_type()));
                     continue;
                 }
                 if adopted && !raw.starts_with(names::RESERVED_PREFIX.as_bytes()) {
@@ -448,7 +450,21 @@ impl CloakFs {
         if saved.is_some() {
             rustix::fs::unlinkat(&dfd, DIRID_FILE, AtFlags::empty()).map_err(errno)?;
         }
-        if let Err(e) = op() {
+        let mut attempt = 0;
+        let done = loop {
+            match op() {
+                // The ID file just read and removed (or a file removed just before) may have
+                // been hidden, its close still on the way to the store's client.
+                Err(rustix::io::Errno::NOTEMPTY | rustix::io::Errno::EXIST)
+                    if attempt < HIDDEN_ATTEMPTS && remove_hidden(dfd.as_fd()) =>
+                {
+                    attempt += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(attempt));
+                }
+                r => break r,
+            }
+        };
+        if let Err(e) = done {
             if let Some(bytes) = saved {
                 if let Err(re) = sys::write_new_durable(dfd.as_fd(), DIRID_FILE, &bytes, DIRID_MODE)
                 {
@@ -493,6 +509,86 @@ fn open_subdir<P: rustix::path::Arg>(dir: BorrowedFd<'_>, name: P) -> rustix::io
             | rustix::fs::OFlags::CLOEXEC,
         Mode::empty(),
     )
+}
+
+/// The start of the names libfuse's high-level library gives files removed while open
+/// (renamed, and removed at their last close), as sshfs does: sshfs 3 has no `hard_remove`.
+/// cloakfs closes its own description of a backing file (or its ID file) just before
+/// removing it, and the close reaches the store's client later, so a removal here is often
+/// such a rename; and when the close arrives during the rename, the hidden file stays for good.
+const HIDDEN_PREFIX: &[u8] = b".fuse_hidden";
+
+/// How many times a removal that the store's client's hidden files keep from succeeding is
+/// tried (waiting 1, 2, ... ms between).
+const HIDDEN_ATTEMPTS: u64 = 20;
+
+/// Removes the files the store's client hid in `dir` (see [`HIDDEN_PREFIX`]); whether there
+/// were any and nothing else.
+fn remove_hidden(dir: BorrowedFd<'_>) -> bool {
+    let Ok(mut d) = Dir::read_from(dir) else {
+        return false;
+    };
+    let mut hidden = Vec::new();
+    while let Some(Ok(ent)) = d.read() {
+        let raw = ent.file_name().to_bytes();
+        if raw.starts_with(HIDDEN_PREFIX) {
+            hidden.push(OsStr::from_bytes(raw).to_os_string());
+        } else if raw != b"." && raw != b".." {
+            return false;
+        }
+    }
+    for name in &hidden {
+        // Still open in the store's client: it hides the file again, for the next attempt.
+        let _ = rustix::fs::unlinkat(dir, name.as_os_str(), AtFlags::empty());
+    }
+    !hidden.is_empty()
+}
+
+/// Removes directory `tmp` of `parent` that a mkdir built and could not use (it lost a race,
+/// or failed), with what is in it: nothing but that mkdir's own files, among them its ID file
+/// just closed, which the store's client may hide (see [`HIDDEN_PREFIX`]). So every entry
+/// goes, and again while the directory is not empty, a bounded number of times.
+fn remove_unused_dir(parent: BorrowedFd<'_>, tmp: &str) {
+    for attempt in 1..=HIDDEN_ATTEMPTS {
+        if let Ok(t) = rustix::fs::openat(
+            parent,
+            tmp,
+            rustix::fs::OFlags::RDONLY
+                | rustix::fs::OFlags::DIRECTORY
+                | rustix::fs::OFlags::NOFOLLOW
+                | rustix::fs::OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            let mut names = Vec::new();
+            if let Ok(mut d) = Dir::read_from(&t) {
+                while let Some(Ok(ent)) = d.read() {
+                    let raw = ent.file_name().to_bytes();
+                    if raw != b"." && raw != b".." {
+                        names.push(OsStr::from_bytes(raw).to_os_string());
+                    }
+                }
+            }
+            for name in names {
+                let _ = rustix::fs::unlinkat(&t, name.as_os_str(), AtFlags::empty());
+            }
+        }
+        match rustix::fs::unlinkat(parent, tmp, AtFlags::REMOVEDIR) {
+            Err(rustix::io::Errno::NOTEMPTY | rustix::io::Errno::EXIST)
+                if attempt < HIDDEN_ATTEMPTS =>
+            {
+                // The close may still be on its way to the store's client.
+                std::thread::sleep(std::time::Duration::from_millis(attempt));
+            }
+            Ok(()) | Err(rustix::io::Errno::NOENT) => return,
+            Err(e) => {
+                tracing::warn!(
+                    "{}: an unused temporary directory stays ({e}); fsck lists it",
+                    sys::describe(parent)
+                );
+                return;
+            }
+        }
+    }
 }
 
 /// Renames `from` to `to` in the same directory, failing with EEXIST if `to` exists.

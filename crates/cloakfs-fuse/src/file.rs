@@ -177,15 +177,28 @@ impl CloakFs {
         if self.codec.key_source().is_wrapped() && inode.replaced() {
             return Err(Errno::ESTALE);
         }
-        let f = self
+        let mut f = self
             .acquire(&inode, writable)
             .map_err(|e| self.coherence.stale(self.fail(&e, inode.fd(), None)))?;
-        let ready = if trunc {
-            f.truncate(0)
-        } else {
-            self.coherence.opened(ino.0, &f)
+        let ready = |f: &cloakfs_core::io::file::ContentFile| {
+            if trunc {
+                f.truncate(0)
+            } else {
+                self.coherence.opened(ino.0, f)
+            }
         };
-        if let Err(e) = ready {
+        let mut result = ready(&f);
+        if result.as_ref().is_err_and(|e| e.errno() == libc::EIO)
+            && self.coherence.sharing.is_shared()
+        {
+            // Another handle's open file may be one the store's client gave up on reconnecting
+            // (see Inode::renew); a fresh one serves this open and the older handles.
+            if let Ok(fresh) = inode.renew(&f, &self.codec, self.coherence.sharing) {
+                f = fresh;
+                result = ready(&f);
+            }
+        }
+        if let Err(e) = result {
             let errno = self.fail(&e, f.backing().as_fd(), None);
             drop(f);
             inode.release();

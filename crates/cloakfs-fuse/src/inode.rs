@@ -196,6 +196,34 @@ impl Inode {
         Ok(f)
     }
 
+    /// Replaces `stale`, the open file that a user just found failing, with a fresh open of
+    /// the backing file for every user, unless another user did so already; the mode stays.
+    /// On shared storage a store's client may give up open descriptions when it connects to
+    /// the store anew (sshfs's `reconnect`: each call on a description opened before fails
+    /// with EIO), while a new open of the same name works.
+    pub(crate) fn renew(
+        &self,
+        stale: &Arc<ContentFile>,
+        codec: &Arc<ContentCodec>,
+        sharing: Sharing,
+    ) -> cloakfs_core::Result<Arc<ContentFile>> {
+        let mut st = self.state();
+        if let Some(f) = &st.file {
+            if !Arc::ptr_eq(f, stale) {
+                return Ok(f.clone());
+            }
+        }
+        let mode = if st.writable {
+            OFlags::RDWR
+        } else {
+            OFlags::RDONLY
+        };
+        let fd = crate::sys::reopen(self.fd(), mode).map_err(std::io::Error::from)?;
+        let f = Arc::new(ContentFile::open(codec.clone(), fd.into())?.with_sharing(sharing));
+        st.file = Some(f.clone());
+        Ok(f)
+    }
+
     /// Installs a file just created read-write as this node's open file (unless one is open
     /// already) and registers one user. `m` is the new file's fstat, just taken.
     pub(crate) fn install(

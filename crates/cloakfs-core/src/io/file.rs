@@ -89,6 +89,10 @@ fn tampered(msg: String) -> Error {
     Error::Tampered(msg)
 }
 
+/// How many more times a shared file's read that fails authentication under the shared lock
+/// is tried (see [`ContentFile::read_into`]).
+const TORN_READ_RETRIES: u64 = 5;
+
 impl ContentFile {
     /// Wraps an open backing file (opened read-write for writing). The header is read on
     /// first use.
@@ -314,11 +318,25 @@ impl ContentFile {
         let (got, c_start, c_end) = match read {
             Err(Error::Tampered(_)) if self.sharing.is_shared() => {
                 // Another client may have rewritten the file meanwhile: read again while no
-                // client changes it.
-                let mut st = self.write_state();
-                let _hold = self.sharing.hold(&self.file, false)?;
-                self.reload(&mut st)?;
-                self.read_in(&st, off, len, buf)?
+                // client changes it. A store without locks (SFTP) lets that client go on, so
+                // a block may show half written again: a few more tries, apart. A damaged
+                // block fails them all.
+                let mut attempt = 0;
+                loop {
+                    let again = {
+                        let mut st = self.write_state();
+                        let _hold = self.sharing.hold(&self.file, false)?;
+                        self.reload(&mut st)?;
+                        self.read_in(&st, off, len, buf)
+                    };
+                    match again {
+                        Err(Error::Tampered(_)) if attempt < TORN_READ_RETRIES => {
+                            attempt += 1;
+                            std::thread::sleep(std::time::Duration::from_millis(attempt));
+                        }
+                        r => break r?,
+                    }
+                }
             }
             r => r?,
         };
