@@ -7,6 +7,7 @@
 #   scripts/shared-store.sh down DIR         unmounts, stops every daemon, deletes the netns
 #   scripts/shared-store.sh brick-kill DIR   kills one GlusterFS brick process
 #   scripts/shared-store.sh brick-start DIR  starts the killed brick again
+#   scripts/shared-store.sh info DIR         the store's kind and settings, one per line
 #
 # The clients are DIR/m1 and DIR/m2. GlusterFS refuses loopback addresses, so glusterd, its
 # bricks and its clients run in a network namespace of their own (cfsh-<pid>, or
@@ -16,7 +17,7 @@
 set -euo pipefail
 
 die() { echo "shared-store.sh: $*" >&2; exit 1; }
-[ $# -ge 2 ] || die "usage: shared-store.sh up gluster|sshfs DIR | down DIR | brick-kill DIR | brick-start DIR"
+[ $# -ge 2 ] || die "usage: shared-store.sh up gluster|sshfs DIR | down DIR | brick-kill DIR | brick-start DIR | info DIR"
 
 addr=10.231.0.1
 
@@ -150,6 +151,19 @@ down() {
     fi
 }
 
+info() { # DIR
+    local d=$1
+    case "$(cat "$d/kind" 2>/dev/null)" in
+    gluster)
+        # Type and size of the volume, then every option set on it (the reconfigured ones).
+        gluster_cli "$d" volume info "$(cat "$d/volume")" |
+            grep -E '^(Type|Number of Bricks|Transport-type): |^[a-z-]+\.[a-z.-]+: '
+        ;;
+    sshfs) echo "sshfs $(sshfs --version 2>&1 | awk '/^SSHFS version/ {print $3}') over sshd on 127.0.0.1" ;;
+    *) die "no store in $d" ;;
+    esac
+}
+
 brick_pid() { # DIR
     local d=$1 vol
     vol=$(cat "$d/volume")
@@ -172,5 +186,6 @@ up)
 down) down "$d" ;;
 brick-kill) kill -9 "$(brick_pid "$d")" ;;
 brick-start) gluster_cli "$d" volume start "$(cat "$d/volume")" force >/dev/null ;;
+info) info "$d" ;;
 *) die "unknown command '$cmd'" ;;
 esac
