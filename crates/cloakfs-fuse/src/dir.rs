@@ -362,10 +362,7 @@ impl CloakFs {
         match built {
             Ok(dfd) => Ok((dfd, id)),
             Err(e) => {
-                if let Ok(t) = open_subdir(pfd, tmp.as_str()) {
-                    let _ = rustix::fs::unlinkat(&t, DIRID_FILE, AtFlags::empty());
-                }
-                let _ = rustix::fs::unlinkat(pfd, tmp.as_str(), AtFlags::REMOVEDIR);
+                remove_own_temp_dir(pfd, &tmp);
                 Err(e)
             }
         }
@@ -391,6 +388,11 @@ impl CloakFs {
         stored: &StoredName,
         op: impl FnOnce() -> rustix::io::Result<()>,
     ) -> Res<()> {
+        // A directory made a moment ago may still have its ID file open in the sync thread's
+        // queue. A store that keeps a removed open file under another name until its close
+        // (sshfs's `.fuse_hidden*`, NFS's `.nfs*`) would then leave the directory not empty;
+        // libfuse 3.14's sshfs, with the close racing the removal, keeps such a file for good.
+        self.syncer.drain()?;
         let dfd = rustix::fs::openat(
             parent.fd(),
             stored.backing(),
@@ -440,10 +442,18 @@ impl CloakFs {
                 Err(_) => return Err(Errno::ENOTEMPTY),
             }
         }
-        let saved = match sys::read_small(dfd.as_fd(), DIRID_FILE, DIRID_LEN) {
-            Ok(b) => Some(b),
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => None,
-            Err(e) => return Err(sys::io_errno(&e)),
+        // The ID is kept to be put back if `op` fails. Known, it is not read: a read's close
+        // reaches a FUSE store (sshfs) after the removal below, which then races it as above.
+        let known = rustix::fs::statat(&dfd, DIRID_FILE, AtFlags::SYMLINK_NOFOLLOW)
+            .ok()
+            .and_then(|st| self.dir_ids.get(&st));
+        let saved = match known {
+            Some(id) => Some(id.0.to_vec()),
+            None => match sys::read_small(dfd.as_fd(), DIRID_FILE, DIRID_LEN) {
+                Ok(b) => Some(b),
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => None,
+                Err(e) => return Err(sys::io_errno(&e)),
+            },
         };
         if saved.is_some() {
             rustix::fs::unlinkat(&dfd, DIRID_FILE, AtFlags::empty()).map_err(errno)?;
@@ -480,6 +490,37 @@ pub(crate) fn chown(dir: BorrowedFd<'_>, name: &str, uid: u32, gid: Option<u32>)
         flags,
     )
     .map_err(errno)
+}
+
+/// Removes `tmp`, a temporary directory of `dir` that this mount made (a mkdir that failed or
+/// lost its race), with every file in it: its ID file, and what a store may have made of that
+/// file. sshfs keeps a file removed while open as `.fuse_hidden*` until its close reaches it,
+/// and libfuse 3.14 keeps it for good when that close races the removal, as the ID file's
+/// close, a moment before, does: listing the directory again finds that name.
+fn remove_own_temp_dir(dir: BorrowedFd<'_>, tmp: &str) {
+    if let Ok(t) = rustix::fs::openat(
+        dir,
+        tmp,
+        rustix::fs::OFlags::RDONLY
+            | rustix::fs::OFlags::DIRECTORY
+            | rustix::fs::OFlags::NOFOLLOW
+            | rustix::fs::OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        let _ = rustix::fs::unlinkat(&t, DIRID_FILE, AtFlags::empty());
+        let mut files = Vec::new();
+        if let Ok(mut d) = Dir::read_from(&t) {
+            while let Some(Ok(ent)) = d.read() {
+                if ent.file_type() != rustix::fs::FileType::Directory {
+                    files.push(ent.file_name().to_owned());
+                }
+            }
+        }
+        for name in files {
+            let _ = rustix::fs::unlinkat(&t, name.as_c_str(), AtFlags::empty());
+        }
+    }
+    let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::REMOVEDIR);
 }
 
 /// Opens subdirectory `name` of `dir` as an `O_PATH` handle.
