@@ -9,7 +9,8 @@
 #
 # The binary is $CLOAKFS_BIN (default: target/release/cloakfs of this repo).  Extra mount
 # flags can be passed in $CLOAKFS_MOUNT_OPTS (word-split), extra init flags in
-# $CLOAKFS_INIT_OPTS.  The default init (default KDF cost) is used: mount speed is not measured.
+# $CLOAKFS_INIT_OPTS, extra gocryptfs mount flags in $GOCRYPTFS_MOUNT_OPTS.  The default init
+# (default KDF cost) is used: mount speed is not measured.
 #
 # Daemon memory: every FUSE daemon peers.sh starts (cloakfs and the peers alike) gets a small
 # sampler that reads VmHWM (peak RSS) and Threads from /proc/PID/status every
@@ -33,6 +34,16 @@ mount_cloakfs() {
     "$CLOAKFS_BIN" mount --foreground ${CLOAKFS_MOUNT_OPTS:-} --passfile "$FSB_PASSFILE" "$1" "$2" &
     DAEMON_PID=$!
 }
+
+# gocryptfs with extra flags: peers.sh's mount_gocryptfs (its flags unchanged) plus
+# $GOCRYPTFS_MOUNT_OPTS (bench/run.sh --store sets -sharedstorage).
+if [ -n "${GOCRYPTFS_MOUNT_OPTS:-}" ]; then
+    mount_gocryptfs() {
+        # shellcheck disable=SC2086  # GOCRYPTFS_MOUNT_OPTS is a list of flags
+        gocryptfs -fg -q -nosyslog ${GOCRYPTFS_MOUNT_OPTS} -passfile "$FSB_PASSFILE" "$1" "$2" &
+        DAEMON_PID=$!
+    }
+fi
 
 # cloakfsxts: a size-preserving volume (init --cipher aes-256-xts, no integrity), mounted as
 # cloakfs is, to set XTS against the default AES-256-GCM in the same run.

@@ -13,9 +13,11 @@ RESULTS_DIR is a ../shared/bench/peers.sh results directory (as written by bench
                          peers.log's timestamps: the host's CPU steal during each round
 
 Prints the report and, with --out-dir, writes DIR/<stamp>.md and DIR/latest.md, where <stamp>
-is the run's start (UTC) as YYYY-MM-DD-HHMM.  The ratio table compares --subject (default
-cloakfs) with every other file system; ratios are cost ratios (subject time / other time; for
-rate lines other rate / subject rate), so <= 1.00 always means the subject is as fast or faster.
+is the run's start (UTC) as YYYY-MM-DD-HHMM; a run on a shared store (run-info.txt's "store:"
+line, bench/run.sh --store) writes DIR/<stamp>-<store>.md and DIR/latest-<store>.md instead.
+The ratio table compares --subject (default cloakfs) with every other file system; ratios are
+cost ratios (subject time / other time; for rate lines other rate / subject rate), so <= 1.00
+always means the subject is as fast or faster.
 /work/shared/bench/summarize.py (or ../shared/bench next to the repo) is appended if found.
 Python 3 standard library only.
 """
@@ -37,6 +39,8 @@ WL_ORDER = ["seq_write", "seq_read", "rand_rw", "rand_rw_read", "rand_rw_write",
 INFO = ["wall", "bench_cpu", "daemon_cpu", "foreign_cpu"]
 HIGHER = {"MB/s", "IOPS", "tx/s"}
 STREAMING = ["seq_write", "seq_read"]
+STORE_NAMES = {"gluster": "GlusterFS (replica-2 volume, FUSE client)",
+               "sshfs": "sshfs (sshd on 127.0.0.1)"}
 FSB_DEFAULTS = {  # fsbench.sh / peers.sh defaults, to flag reduced-size runs
     "FSB_SEQ_MB": "1024", "FSB_RAND_MB": "256", "FSB_RAND_SECS": "20", "FSB_RAND_JOBS": "2",
     "FSB_NSMALL": "1024", "FSB_SMALL_KB": "8", "FSB_SMALL_READS": "1024", "FSB_LS_REPS": "100",
@@ -265,7 +269,9 @@ def main():
     m = re.match(r"(\d{4}-\d{2}-\d{2})T(\d{2}):(\d{2})", date)
     stamp = a.stamp or (f"{m.group(1)}-{m.group(2)}{m.group(3)}" if m else
                         datetime.datetime.now().strftime("%Y-%m-%d-%H%M"))
-    out = [f"# cloakfs file-system benchmark, {date.replace('T', ' ')}", ""]
+    store = info.get("store", "")
+    title = f"on {STORE_NAMES.get(store, store)}, " if store else ""
+    out = [f"# cloakfs file-system benchmark {title}{date.replace('T', ' ')}", ""]
     cpu = ver.get("cpu") or platform.processor() or "unknown"
     out.append(f"- **Machine**: {cpu.strip()}; {ver.get('nproc', os.cpu_count())} cores"
                f"{'; ' + ver['mem'] + ' memory' if 'mem' in ver else ''}"
@@ -279,6 +285,17 @@ def main():
                    f"; {info.get('cloakfs_version') or 'version unknown'}"
                    f"; mount opts: `{info.get('cloakfs_mount_opts') or 'default'}`"
                    f"; {info.get('rustc', '')}")
+    if store:
+        out.append(f"- **Store**: {STORE_NAMES.get(store, store)}, set up by "
+                   f"`scripts/shared-store.sh up {store}` on {info.get('store_disk', '?')}; "
+                   f"every file system's volume lives on the client mount "
+                   f"`{info.get('store_client', '?')}`; settings: "
+                   f"{info.get('store_settings', '?').replace(';', '; ')}; "
+                   f"{info.get('store_versions', '').rstrip('; ')}. foreign_cpu (below) "
+                   f"includes the store's own processes (client, bricks or sshd), which serve "
+                   f"every column.")
+    if info.get("gocryptfs_mount_opts", "").strip():
+        out.append(f"- **gocryptfs**: mount opts `{info['gocryptfs_mount_opts'].strip()}`")
     if info.get("fuse_io_uring"):
         out.append(f"- **FUSE over io_uring**: {info['fuse_io_uring']} (cloakfs uses the rings"
                    " when the kernel offers them; see its log line)")
@@ -286,12 +303,17 @@ def main():
         out.append("- **Versions**: " + "; ".join(vlines))
     out.append(f"- **Run**: `{info.get('command', 'peers.sh')}`; {len(rounds)} round(s), "
                f"{a.agg} of rounds; raw results in `{res}`")
-    reduced = {k: v for k, v in env.items() if k in FSB_DEFAULTS and v != FSB_DEFAULTS[k]}
+    # A store run has smaller defaults of its own (bench/run.sh --store): reduced is below those.
+    defaults = dict(FSB_DEFAULTS)
+    defaults.update(kv.split("=", 1) for kv in info.get("store_defaults", "").split() if "=" in kv)
+    reduced = {k: v for k, v in env.items() if k in defaults and v != defaults[k]}
     if "FSB_WORKLOADS" in env:
         out.append(f"- **Workloads**: `{env['FSB_WORKLOADS']}` (a subset)")
     if reduced:
         out.append("- **Reduced sizes, not comparable with full-size runs**: " +
                    ", ".join(f"{k}={v}" for k, v in sorted(reduced.items())))
+    if info.get("store_defaults"):
+        out.append(f"- **Store defaults** (bench/run.sh --store): `{info['store_defaults']}`")
     out.append("")
 
     # ------------------------------------------------------------------ results
@@ -344,7 +366,8 @@ def main():
               ["as fast as every encrypting peer?"])
 
         # issue 3 targets
-        out.append("### Targets (issue 3)\n")
+        out.append("### Targets (issue 25: the fastest encrypting file system on the store)\n"
+                   if store else "### Targets (issue 3)\n")
         noisy = [f"{f} r{r} {v:.0f}%" for (f, r), v in sorted(steal.items()) if v > STEAL_WARN]
         if noisy:
             out.append(f"- **Noisy run**: the host took more than {STEAL_WARN:.0f}% of the CPU "
@@ -357,7 +380,7 @@ def main():
             else:
                 out.append(f"- {subj} is as fast as or faster than every encrypting peer "
                            f"({', '.join(enc)}) on every line measured.")
-        if "plain" in cols:
+        if "plain" in cols and not store:  # issue 3's streaming target is for a local disk
             for wl in STREAMING:
                 s, p = pick(subj, wl), pick("plain", wl)
                 if s and p:
@@ -438,11 +461,12 @@ def main():
     sys.stdout.write(text)
     if a.out_dir:
         os.makedirs(a.out_dir, exist_ok=True)
-        for name in (f"{stamp}.md", "latest.md"):
+        tag = f"-{store}" if store else ""
+        for name in (f"{stamp}{tag}.md", f"latest{tag}.md"):
             with open(os.path.join(a.out_dir, name), "w") as f:
                 f.write(text)
-        print(f"report.py: wrote {os.path.join(a.out_dir, stamp + '.md')} and latest.md",
-              file=sys.stderr)
+        print(f"report.py: wrote {os.path.join(a.out_dir, stamp + tag + '.md')} and "
+              f"latest{tag}.md", file=sys.stderr)
 
 
 if __name__ == "__main__":

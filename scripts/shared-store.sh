@@ -13,6 +13,7 @@
 #                                               namespace's lo down; sshfs: sshd stopped, or
 #                                               with `silent` frozen: it no longer answers)
 #   scripts/shared-store.sh restore DIR         the store reachable again
+#   scripts/shared-store.sh info DIR            the store's kind and settings, one per line
 #
 # The clients are DIR/m1, DIR/m2 (and DIR/m3). GlusterFS refuses loopback addresses, so
 # glusterd, its bricks and its clients run in a network namespace of their own (cfsh-<pid>, or
@@ -23,7 +24,7 @@ set -euo pipefail
 
 die() { echo "shared-store.sh: $*" >&2; exit 1; }
 usage="usage: shared-store.sh up gluster|sshfs DIR [2|3] | down DIR | brick-kill DIR [1|2] |
-       brick-start DIR [1|2] | heal-pending DIR | outage DIR [silent] | restore DIR"
+       brick-start DIR [1|2] | heal-pending DIR | outage DIR [silent] | restore DIR | info DIR"
 [ $# -ge 2 ] || die "$usage"
 
 addr=10.231.0.1
@@ -224,6 +225,19 @@ down() {
     fi
 }
 
+info() { # DIR
+    local d=$1
+    case "$(cat "$d/kind" 2>/dev/null)" in
+    gluster)
+        # Type and size of the volume, then every option set on it (the reconfigured ones).
+        gluster_cli "$d" volume info "$(cat "$d/volume")" |
+            grep -E '^(Type|Number of Bricks|Transport-type): |^[a-z-]+\.[a-z.-]+: '
+        ;;
+    sshfs) echo "sshfs $(sshfs --version 2>&1 | awk '/^SSHFS version/ {print $3}') over sshd on 127.0.0.1" ;;
+    *) die "no store in $d" ;;
+    esac
+}
+
 brick_pidfile() { # DIR BRICK: glusterd names it after the brick's address and path
     local path=${1#/}
     echo "/var/run/gluster/vols/$(cat "$1/volume")/$addr-${path//\//-}-b$2.pid"
@@ -329,5 +343,6 @@ outage | restore)
     [ -f "$d/kind" ] || die "$cmd: $d is no store"
     "$cmd" "$d" "${3:-}"
     ;;
+info) info "$d" ;;
 *) die "unknown command '$cmd'" ;;
 esac

@@ -389,6 +389,11 @@ impl CloakFs {
         stored: &StoredName,
         mut op: impl FnMut() -> rustix::io::Result<()>,
     ) -> Res<()> {
+        // A directory made a moment ago may still have its ID file open in the sync thread's
+        // queue. A store that keeps a removed open file under another name until its close
+        // (sshfs's `.fuse_hidden*`, NFS's `.nfs*`) would then leave the directory not empty;
+        // libfuse 3.14's sshfs, with the close racing the removal, keeps such a file for good.
+        self.syncer.drain()?;
         let dfd = rustix::fs::openat(
             parent.fd(),
             stored.backing(),
@@ -442,10 +447,18 @@ impl CloakFs {
                 Err(_) => return Err(Errno::ENOTEMPTY),
             }
         }
-        let saved = match sys::read_small(dfd.as_fd(), DIRID_FILE, DIRID_LEN) {
-            Ok(b) => Some(b),
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => None,
-            Err(e) => return Err(sys::io_errno(&e)),
+        // The ID is kept to be put back if `op` fails. Known, it is not read: a read's close
+        // reaches a FUSE store (sshfs) after the removal below, which then races it as above.
+        let known = rustix::fs::statat(&dfd, DIRID_FILE, AtFlags::SYMLINK_NOFOLLOW)
+            .ok()
+            .and_then(|st| self.dir_ids.get(&st));
+        let saved = match known {
+            Some(id) => Some(id.0.to_vec()),
+            None => match sys::read_small(dfd.as_fd(), DIRID_FILE, DIRID_LEN) {
+                Ok(b) => Some(b),
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => None,
+                Err(e) => return Err(sys::io_errno(&e)),
+            },
         };
         if saved.is_some() {
             rustix::fs::unlinkat(&dfd, DIRID_FILE, AtFlags::empty()).map_err(errno)?;

@@ -59,13 +59,18 @@ impl DirIdCache {
         st: &Stat,
         read: impl FnOnce() -> Result<(Stat, DirId), E>,
     ) -> Result<DirId, E> {
-        if let Some(id) = self.lock().get(&IdFile::of(st)) {
-            return Ok(*id);
+        if let Some(id) = self.get(st) {
+            return Ok(id);
         }
         self.reads.fetch_add(1, Ordering::Relaxed);
         let (st, id) = read()?;
         self.insert(&st, id);
         Ok(id)
+    }
+
+    /// The ID of the file whose stat is `st`, if it is here.
+    pub(crate) fn get(&self, st: &Stat) -> Option<DirId> {
+        self.lock().get(&IdFile::of(st)).copied()
     }
 
     /// Remembers `id` as the content of the file whose stat is `st`.

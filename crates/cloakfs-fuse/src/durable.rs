@@ -10,9 +10,10 @@
 //! nothing that already existed comes to depend on an ID that is not yet durable. Every
 //! request that could make it so (a rename or link, which may move old entries into a new
 //! directory) and every request whose caller asks for durability (fsync, fsyncdir) first
-//! waits for the syncs queued before it ([`Syncer::drain`]). What a power cut can still take
-//! is a directory created a moment (one fsync) before it, with the entries created in it
-//! meanwhile: new objects that no one had asked to be durable. gocryptfs's
+//! waits for the syncs queued before it ([`Syncer::drain`]); so does a directory's removal,
+//! which must not find its ID file still open here (`emptied_then`). What a power cut can
+//! still take is a directory created a moment (one fsync) before it, with the entries created
+//! in it meanwhile: new objects that no one had asked to be durable. gocryptfs's
 //! [#1033](https://github.com/rfjakob/gocryptfs/issues/1033) (an empty `gocryptfs.diriv`
 //! after an fsync of the parent and a power cut) cannot happen here: that fsync drains.
 //!
@@ -74,11 +75,19 @@ impl Shared {
     }
 
     /// Runs `job` and counts it done; a failed one is kept for [`Syncer::drain`] to retry.
+    /// A synced job's descriptors are closed before it counts as done, so that a drain
+    /// returns with no descriptor of the directory left open (see `emptied_then`).
     fn finish(&self, job: Job) {
-        let failed = job.run(false).err();
+        let failed = match job.run(false) {
+            Ok(()) => {
+                drop(job);
+                None
+            }
+            Err(e) => Some((job, e)),
+        };
         let mut p = self.lock();
         p.done += 1;
-        if let Some(e) = failed {
+        if let Some((job, e)) = failed {
             tracing::error!("syncing a new directory's ID to the backing disk: {e}");
             p.failed.push((job, e));
         }
