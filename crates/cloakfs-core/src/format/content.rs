@@ -233,7 +233,7 @@ impl ContentCodec {
         strict_holes: bool,
         member: Option<Member>,
     ) -> Self {
-        let keys = FileKeySource::Wrapped(WrappedKeys::new(member));
+        let keys = FileKeySource::Wrapped(Box::new(WrappedKeys::new(member)));
         Self {
             suite,
             layout: Layout::new(block_size, suite.overhead()).with_header_len(keys.header_len()),

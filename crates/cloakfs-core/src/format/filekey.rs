@@ -459,7 +459,7 @@ pub enum FileKeySource {
     /// HKDF of the volume's content key (extracted once) and the file ID.
     Derived(DerivedKeys),
     /// Random per file, wrapped to recipients in the header.
-    Wrapped(WrappedKeys),
+    Wrapped(Box<WrappedKeys>),
 }
 
 /// The state of [`FileKeySource::Derived`]: the volume's content key, extracted once.
