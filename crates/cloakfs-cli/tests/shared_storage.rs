@@ -1263,32 +1263,28 @@ fn gluster_three_clients() {
     st.fsck_clean();
 }
 
-#[test]
-fn gluster_fsx_and_tree_workloads() {
-    let st = Store::up("gluster");
+/// fsx on one client while the other reads, then the tree workload on all clients; no
+/// leftovers, fsck clean.
+fn fsx_and_tree_workloads(st: &Store) {
     let (seeds, ops): (&[u64], u64) = if slow() {
         (&[1, 2, 3, 4, 5], 3000)
     } else {
         (&[1, 2], 300)
     };
-    fsx_while_the_other_reads(&st, seeds, ops);
-    tree_workloads(&st, if slow() { 3000 } else { 300 });
+    fsx_while_the_other_reads(st, seeds, ops);
+    tree_workloads(st, if slow() { 3000 } else { 300 });
     assert_eq!(st.leftovers(), Vec::<PathBuf>::new(), "left behind");
     st.fsck_clean();
 }
 
 #[test]
+fn gluster_fsx_and_tree_workloads() {
+    fsx_and_tree_workloads(&Store::up("gluster"));
+}
+
+#[test]
 fn sshfs_fsx_and_tree_workloads() {
-    let st = Store::up("sshfs");
-    let (seeds, ops): (&[u64], u64) = if slow() {
-        (&[1, 2, 3, 4, 5], 3000)
-    } else {
-        (&[1, 2], 300)
-    };
-    fsx_while_the_other_reads(&st, seeds, ops);
-    tree_workloads(&st, if slow() { 3000 } else { 300 });
-    assert_eq!(st.leftovers(), Vec::<PathBuf>::new(), "left behind");
-    st.fsck_clean();
+    fsx_and_tree_workloads(&Store::up("sshfs"));
 }
 
 #[test]
