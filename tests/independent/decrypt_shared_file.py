@@ -1,8 +1,13 @@
 #!/usr/bin/env python3
-"""Decrypts one backing file of a cloakfs sharing volume with an age identity, written from
-docs/FORMAT.md section 18 (and section 8 for the blocks) only: no volume config is needed.
+"""Decrypts one backing file of a cloakfs sharing volume with an age identity or a gpg keyring,
+written from docs/FORMAT.md section 18 (and section 8 for the blocks) only: no volume config is
+needed.
 
-    decrypt_shared_file.py BACKINGFILE IDENTITYFILE OUTPUT
+    decrypt_shared_file.py BACKINGFILE IDENTITYFILE OUTPUT [GNUPGHOME]
+
+IDENTITYFILE may be "-" (no age identity). With GNUPGHOME, kind-2 entries (`gpg:FINGERPRINT`)
+are opened with `gpg --decrypt` in that keyring, accepted only as an integrity-checked
+public-key decryption.
 
 Checks the recipient-list MAC before opening any block; exits 2 (with one line) if the
 identity has no entry, 1 on damage or tampering. Needs `cryptography` and `pyrage`.
@@ -10,7 +15,9 @@ identity has no entry, 1 on damage or tampering. Needs `cryptography` and `pyrag
 
 import hashlib
 import hmac
+import os
 import struct
+import subprocess
 import sys
 
 import pyrage
@@ -80,21 +87,51 @@ def parse_header(h: bytes):
     return version, fid, entries, h[:at], mac
 
 
+def gpg_decrypt(sealed: bytes, gnupghome: str):
+    """W from a kind-2 entry: `gpg --decrypt`, accepted only if gpg's status lines show a
+    public-key decryption, integrity checked, of one literal packet (None: not ours)."""
+    env = dict(os.environ, GNUPGHOME=gnupghome)
+    p = subprocess.run(["gpg", "--batch", "--quiet", "--no-tty", "--status-fd", "2",
+                        "--decrypt", "--output", "-"],
+                       input=sealed, capture_output=True, env=env)
+    status = [l[len("[GNUPG:] "):].split(" ")[0]
+              for l in p.stderr.decode("utf-8", "replace").splitlines()
+              if l.startswith("[GNUPG:] ")]
+    if p.returncode != 0:
+        return None
+    if ("NEED_PASSPHRASE_SYM" in status or "SYM_ENCRYPTED" in status
+            or "DECRYPTION_KEY" not in status or "DECRYPTION_OKAY" not in status
+            or "DECRYPTION_FAILED" in status or status.count("PLAINTEXT") != 1):
+        raise Refused("a gpg entry is not an integrity-checked public-key decryption")
+    return p.stdout
+
+
 def main():
     backing, identity_file, output = sys.argv[1:4]
+    gnupghome = sys.argv[4] if len(sys.argv) > 4 else None
     data = open(backing, "rb").read()
-    ids = [pyrage.x25519.Identity.from_str(l.strip())
-           for l in open(identity_file).read().splitlines()
-           if l.strip().startswith("AGE-SECRET-KEY-1")]
+    ids = [] if identity_file == "-" else [
+        pyrage.x25519.Identity.from_str(l.strip())
+        for l in open(identity_file).read().splitlines()
+        if l.strip().startswith("AGE-SECRET-KEY-1")]
     version, fid, entries, body, mac = parse_header(data)
     fk = None
     for kind, _, sealed, wfk in entries:
-        if version == 3 and kind != 1:
+        if version == 3 and kind == 2:
+            if gnupghome is None:
+                continue
+            pt = gpg_decrypt(sealed, gnupghome)
+            if pt is None:
+                continue
+        elif version == 3 and kind != 1:
             continue  # a kind this reader does not know
-        try:
-            pt = pyrage.decrypt(sealed, ids)
-        except pyrage.DecryptError:
-            continue
+        else:
+            if not ids:
+                continue
+            try:
+                pt = pyrage.decrypt(sealed, ids)
+            except pyrage.DecryptError:
+                continue
         if version == 2:
             if len(pt) != 32:
                 raise Refused("an entry does not hold a 32-byte key")

@@ -28,6 +28,10 @@ tmp=$(mktemp -d)
 mnt="$tmp/mnt"
 cleanup() {
     if mountpoint -q "$mnt" 2>/dev/null; then fusermount3 -u -z "$mnt" || true; fi
+    if [ -n "${gnupghome:-}" ]; then
+        GNUPGHOME="$gnupghome" gpgconf --kill gpg-agent 2>/dev/null || true
+        rm -rf "$gnupghome"
+    fi
     rm -rf "$tmp"
 }
 trap cleanup EXIT INT TERM
@@ -235,7 +239,16 @@ if python3 "$shared" "$tmp/forged" "$team/bob.key" "$tmp/x" 2>"$tmp/forged.err" 
     echo "run.sh: a forged recipient list was accepted" >&2
     exit 1
 fi
-echo "run.sh: shared files decrypt with a recipient's age key alone; others and forgeries refused"
+# A kind-2 entry (FORMAT.md 18.1): shared to a gpg key, opened with `gpg --decrypt` alone. (A
+# short GNUPGHOME: gpg-agent's socket path must fit in sockaddr_un.)
+gnupghome=$(mktemp -d /tmp/cloakfs-gpg.XXXXXX)
+GNUPGHOME="$gnupghome" gpg --batch --pinentry-mode loopback --passphrase '' \
+    --quick-gen-key "Dave <dave@example.org>" future-default default never 2>/dev/null
+GNUPGHOME="$gnupghome" "$cloakfs" share add --volume "$team/cipher" --identity "$team/alice.key" \
+    shared.txt --gpg-recipient dave@example.org >/dev/null
+python3 "$shared" "$backing" - "$tmp/shared3.out" "$gnupghome"
+seq 1 3000 | cmp - "$tmp/shared3.out"
+echo "run.sh: shared files decrypt with a recipient's age or gpg key alone; others and forgeries refused"
 # 7. A size-preserving volume (FORMAT.md section 20): files of every tail kind, written through
 # a mount, decrypt to the same bytes; every backing file has its plaintext's size.
 xplain="$real/xts-plain"

@@ -32,10 +32,16 @@ pub fn unlock(args: &UnlockArgs, cipherdir: &Path) -> Result<Volume> {
 }
 
 /// A sharing volume opened with `--identity` opens its files as that member: the identities
-/// unwrap file keys, and new files are granted to the first identity's public key.
+/// unwrap file keys, and new files are granted to the first identity's public key. With
+/// `--gpg` the member also opens the files granted to a secret key of its gpg keyring
+/// (`gpg:FINGERPRINT` entries); with `--gpg` alone, new files are granted to that keyring's
+/// one secret key.
 pub fn join_as_member(args: &UnlockArgs, volume: Volume) -> Result<Volume> {
-    if !volume.is_sharing() || args.identity.is_empty() {
+    if !volume.is_sharing() || (args.identity.is_empty() && !args.gpg) {
         return Ok(volume);
+    }
+    if args.identity.is_empty() {
+        return Ok(volume.join_as(Member::gpg_only(None)?)?);
     }
     let raw = read_identities(args)?;
     let mut identities = Identities::new();
@@ -43,7 +49,11 @@ pub fn join_as_member(args: &UnlockArgs, volume: Volume) -> Result<Volume> {
         identities.add_file(raw, &p.display().to_string(), TermCallbacks)?;
     }
     let recipient = public_key_of(&args.identity[0], &raw[0])?;
-    Ok(volume.join_as(Member::new(identities, recipient)?)?)
+    let mut member = Member::new(identities, recipient)?;
+    if args.gpg {
+        member = member.with_gpg()?;
+    }
+    Ok(volume.join_as(member)?)
 }
 
 /// What a member of a sharing volume hands the multi-user daemon with its attach: the texts

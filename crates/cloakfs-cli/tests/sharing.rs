@@ -794,3 +794,280 @@ fn rekey_keeps_every_file_s_recipients() {
         t.f.run(&["fsck", s(&t.f.cipher), "--identity", s(&t.alice.0)]);
     assert!(out.status.success(), "{}", stderr(&out));
 }
+
+/// A throwaway GNUPGHOME (under /tmp, short: gpg-agent's socket path must fit in
+/// sockaddr_un) with keys made by Debian's gnupg, without passphrase; its gpg-agent is stopped
+/// on drop.
+struct GnuPgHome(tempfile::TempDir);
+
+impl GnuPgHome {
+    fn new(uids: &[&str]) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("gs-gpg")
+            .tempdir_in("/tmp")
+            .unwrap();
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )
+        .unwrap();
+        for uid in uids {
+            let out = Command::new("gpg")
+                .env("GNUPGHOME", dir.path())
+                .args(["--batch", "--pinentry-mode", "loopback", "--passphrase", ""])
+                .args(["--quick-gen-key", uid, "future-default", "default", "never"])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "gpg: {}", stderr(&out));
+        }
+        Self(dir)
+    }
+
+    /// The fingerprint of the one key in the keyring.
+    fn fingerprint(&self) -> String {
+        let out = Command::new("gpg")
+            .env("GNUPGHOME", self.0.path())
+            .args(["--with-colons", "--list-keys"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        let fprs: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("fpr:"))
+            .map(|l| l.split(':').nth(9).unwrap())
+            .collect();
+        fprs[0].to_string()
+    }
+}
+
+impl Drop for GnuPgHome {
+    fn drop(&mut self) {
+        let _ = Command::new("gpgconf")
+            .env("GNUPGHOME", self.0.path())
+            .args(["--kill", "gpg-agent"])
+            .output();
+    }
+}
+
+/// Runs `cloakfs ARGS` of fixture `f` with `GNUPGHOME` = `home`.
+fn with_gpg(f: &Fixture, home: &GnuPgHome, args: &[&str]) -> Output {
+    f.bin()
+        .env("GNUPGHOME", home.0.path())
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn an_age_member_shares_with_a_gpg_key_read_offline_and_through_a_mount() {
+    let dave = GnuPgHome::new(&["Dave <dave@example.org>"]);
+    let t = team();
+    let f = &t.f;
+    let fpr = dave.fingerprint();
+    // Dave is a member through a gpg key slot.
+    ok(&with_gpg(
+        f,
+        &dave,
+        &[
+            "slots",
+            "add",
+            s(&f.cipher),
+            "--passfile",
+            s(&f.pass),
+            "--gpg-recipient",
+            "dave@example.org",
+        ],
+    ));
+    // Alice's mount seals to dave's key with the gpg of her environment.
+    let amnt = f.tmp.path().join("alice");
+    std::fs::create_dir_all(&amnt).unwrap();
+    ok(&with_gpg(
+        f,
+        &dave,
+        &["mount", "--identity", s(&t.alice.0), s(&f.cipher), s(&amnt)],
+    ));
+    let ma = MountGuard(amnt);
+    let plan = ma.0.join("plan.txt");
+    std::fs::write(&plan, "plan\n").unwrap();
+    std::fs::write(ma.0.join("private.txt"), "mine\n").unwrap();
+    ok(&with_gpg(
+        f,
+        &dave,
+        &[
+            "share",
+            "add",
+            s(&plan),
+            "--gpg-recipient",
+            "dave@example.org",
+        ],
+    ));
+    let listed = ok(&cloakfs(&["share", "list", s(&plan)]));
+    assert_eq!(
+        listed.lines().collect::<Vec<_>>(),
+        [t.alice.1.clone(), format!("gpg:{fpr}")]
+    );
+    // A directory whose new files go to dave as well.
+    let reports = ma.0.join("reports");
+    std::fs::create_dir(&reports).unwrap();
+    ok(&with_gpg(
+        f,
+        &dave,
+        &[
+            "share",
+            "default",
+            s(&reports),
+            "--gpg-recipient",
+            "dave@example.org",
+        ],
+    ));
+    assert_eq!(
+        ok(&cloakfs(&["share", "default", s(&reports)])).trim(),
+        format!("gpg:{fpr}")
+    );
+    std::fs::write(reports.join("q3.txt"), "q3\n").unwrap();
+
+    // Dave reads offline with --gpg alone, and not what was not shared with him.
+    let cat = |path: &str| with_gpg(f, &dave, &["cat", s(&f.cipher), path, "--gpg"]);
+    assert_eq!(ok(&cat("plan.txt")), "plan\n");
+    assert_eq!(ok(&cat("reports/q3.txt")), "q3\n");
+    assert_fails(&cat("private.txt"), 6, "permission denied");
+
+    // And through a mount unlocked by his gpg key slot.
+    let dmnt = f.tmp.path().join("dave");
+    std::fs::create_dir_all(&dmnt).unwrap();
+    ok(&with_gpg(
+        f,
+        &dave,
+        &["mount", "--gpg", s(&f.cipher), s(&dmnt)],
+    ));
+    let md = MountGuard(dmnt);
+    assert_eq!(
+        std::fs::read_to_string(md.0.join("plan.txt")).unwrap(),
+        "plan\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(md.0.join("reports/q3.txt")).unwrap(),
+        "q3\n"
+    );
+    assert!(denied(&md.0.join("private.txt")));
+    // A file dave makes is his (gpg:FPR) alone.
+    std::fs::write(md.0.join("dave.txt"), "dave\n").unwrap();
+    assert_eq!(
+        ok(&cloakfs(&["share", "list", s(&md.0.join("dave.txt"))])).trim(),
+        format!("gpg:{fpr}")
+    );
+    assert!(denied(&ma.0.join("dave.txt")));
+
+    // Withdrawn through alice's mount: dave's mount and his offline cat are shut out.
+    ok(&with_gpg(
+        f,
+        &dave,
+        &[
+            "share",
+            "remove",
+            s(&plan),
+            "--gpg-recipient",
+            "dave@example.org",
+        ],
+    ));
+    assert!(denied(&md.0.join("plan.txt")));
+    assert_fails(&cat("plan.txt"), 6, "permission denied");
+    assert_eq!(std::fs::read_to_string(&plan).unwrap(), "plan\n");
+    md.unmount();
+    ma.unmount();
+}
+
+#[test]
+fn bad_gpg_recipients_fail_with_one_clear_line() {
+    let dave = GnuPgHome::new(&["Dave <dave@example.org>"]);
+    let twins = GnuPgHome::new(&["Twin One <twin@example.org>", "Twin Two <twin@example.org>"]);
+    let t = team();
+    let f = &t.f;
+    let offline = |home: &GnuPgHome, id: &str| {
+        with_gpg(
+            f,
+            home,
+            &[
+                "share",
+                "add",
+                "--volume",
+                s(&f.cipher),
+                "--identity",
+                s(&t.alice.0),
+                "plan.txt",
+                "--gpg-recipient",
+                id,
+            ],
+        )
+    };
+    assert_fails(
+        &offline(&dave, "nobody@example.org"),
+        2,
+        "no gpg key \"nobody@example.org\" in the keyring",
+    );
+    assert_fails(
+        &offline(&twins, "twin@example.org"),
+        2,
+        "matches 2 keys: give the full fingerprint of one",
+    );
+    // --gpg alone cannot tell which of two secret keys owns new files.
+    ok(&with_gpg(
+        f,
+        &twins,
+        &[
+            "slots",
+            "add",
+            s(&f.cipher),
+            "--passfile",
+            s(&f.pass),
+            "--gpg-recipient",
+            "Twin One",
+        ],
+    ));
+    assert_fails(
+        &with_gpg(f, &twins, &["cat", s(&f.cipher), "plan.txt", "--gpg"]),
+        2,
+        "the gpg keyring has 2 secret keys",
+    );
+
+    // A volume that is not a sharing one, mounted and offline.
+    let plain = Fixture::new();
+    let m = plain.mounted(&[]);
+    std::fs::write(m.0.join("f.txt"), "x").unwrap();
+    assert_fails(
+        &with_gpg(
+            &plain,
+            &dave,
+            &[
+                "share",
+                "add",
+                s(&m.0.join("f.txt")),
+                "--gpg-recipient",
+                "dave@example.org",
+            ],
+        ),
+        3,
+        "not a sharing volume",
+    );
+    m.unmount();
+    assert_fails(
+        &with_gpg(
+            &plain,
+            &dave,
+            &[
+                "share",
+                "add",
+                "--volume",
+                s(&plain.cipher),
+                "--passfile",
+                s(&plain.pass),
+                "f.txt",
+                "--gpg-recipient",
+                "dave@example.org",
+            ],
+        ),
+        3,
+        "not a sharing volume",
+    );
+}

@@ -88,11 +88,12 @@ pub fn run(args: MountArgs) -> Result<()> {
     let (cipherdir, mountpoint) = check_before_unlock(&args.cipherdir, &args.mountpoint, &o)?;
     let unlock = with_option_secrets(&args.unlock, &o);
     if unlock.identity.is_empty()
+        && !unlock.gpg
         && VolumeConfig::load(&cipherdir).is_ok_and(|c| c.params.file_keys == FileKeys::Wrapped)
     {
         return Err(Failure::usage(
             "this is a sharing volume: mount it with --identity (your age identity or ssh \
-             private key), as the member who opens and owns files",
+             private key) or --gpg, as the member who opens and owns files",
         ));
     }
     let volume = crate::unlock::unlock(&unlock, &cipherdir)?;

@@ -46,6 +46,10 @@ pub struct DefaultArgs {
     /// An age (age1...) or ssh public key, or a file of them (repeatable).
     #[arg(long, value_name = "KEY|FILE", conflicts_with = "clear")]
     pub recipient: Vec<String>,
+    /// An OpenPGP key in your gpg keyring (any ID gpg takes; repeatable): its holder reads
+    /// with --gpg.
+    #[arg(long, value_name = "ID", conflicts_with = "clear")]
+    pub gpg_recipient: Vec<String>,
     /// Remove the directory's default recipients.
     #[arg(long)]
     pub clear: bool,
@@ -68,8 +72,16 @@ pub struct ChangeArgs {
     #[command(flatten)]
     pub target: Target,
     /// An age (age1...) or ssh public key, or a file of them (repeatable).
-    #[arg(long, value_name = "KEY|FILE", required = true)]
+    #[arg(
+        long,
+        value_name = "KEY|FILE",
+        required_unless_present = "gpg_recipient"
+    )]
     pub recipient: Vec<String>,
+    /// An OpenPGP key in your gpg keyring (any ID gpg takes; repeatable): its holder reads
+    /// with --gpg.
+    #[arg(long, value_name = "ID")]
+    pub gpg_recipient: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -108,11 +120,11 @@ pub fn run(cmd: ShareCommand) -> Result<()> {
 
 fn default(a: DefaultArgs) -> Result<()> {
     let t = &a.target;
-    let set = !a.recipient.is_empty() || a.clear;
-    let text = if a.recipient.is_empty() {
+    let set = !a.recipient.is_empty() || !a.gpg_recipient.is_empty() || a.clear;
+    let text = if a.clear || !set {
         String::new()
     } else {
-        recipients(&a.recipient)?
+        recipients(&a.recipient, &a.gpg_recipient)?
     };
     let shown = match &t.volume {
         Some(c) => {
@@ -173,10 +185,20 @@ fn default(a: DefaultArgs) -> Result<()> {
     Ok(())
 }
 
-/// The recipients given, checked (one clear line for a bad one) before anything happens.
-fn recipients(values: &[String]) -> Result<String> {
-    let text = recipients_text(values)?;
-    cloakfs_core::slots::recipient::Recipients::parse(&text)
+/// The recipients given, checked (one clear line for a bad one) before anything happens:
+/// `--recipient` values as `slots add` takes them, and each `--gpg-recipient` ID as
+/// `gpg:FINGERPRINT` of the one key it names in the gpg keyring.
+fn recipients(values: &[String], gpg_ids: &[String]) -> Result<String> {
+    let mut text = recipients_text(values)?;
+    for id in gpg_ids {
+        let fpr = cloakfs_core::slots::gpg::resolve(id)
+            .map_err(|e| Failure::usage(format!("--gpg-recipient: {e}")))?;
+        text.push_str(&format!(
+            "{}{fpr}\n",
+            cloakfs_core::format::filekey::GPG_PREFIX
+        ));
+    }
+    cloakfs_core::format::filekey::recipient_lines(&text)
         .map_err(|e| Failure::usage(e.to_string()))?;
     Ok(text)
 }
@@ -275,7 +297,7 @@ fn mount_failure(path: &Path, e: std::io::Error) -> Failure {
 }
 
 fn change(a: ChangeArgs, add: bool) -> Result<()> {
-    let text = recipients(&a.recipient)?;
+    let text = recipients(&a.recipient, &a.gpg_recipient)?;
     let t = &a.target;
     if let Some(c) = &t.volume {
         let (volume, backing) = offline(t, c)?;
@@ -419,7 +441,9 @@ fn list(a: ListArgs) -> Result<()> {
 }
 
 fn export(a: ExportArgs) -> Result<()> {
-    let text = recipients(&a.recipient)?;
+    let text = recipients(&a.recipient, &[])?;
+    cloakfs_core::slots::recipient::Recipients::parse(&text)
+        .map_err(|e| Failure::usage(e.to_string()))?;
     let t = &a.target;
     let mut out: Box<dyn std::io::Write> = if a.output == Path::new("-") {
         Box::new(std::io::stdout().lock())

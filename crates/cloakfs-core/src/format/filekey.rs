@@ -22,6 +22,7 @@ use crate::crypto::siv::SivKey;
 use crate::error::{Error, Result};
 use crate::format::content::{FileCipher, FileId};
 use crate::format::layout::HEADER_LEN;
+use crate::slots::gpg;
 use crate::slots::recipient::{self, Identities, Loaded, Recipients};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -52,6 +53,17 @@ const MAX_UNSEALED: usize = 4096;
 pub mod kind {
     /// An age file (age-encryption.org/v1) with one stanza, for an `age1...` or ssh key.
     pub const AGE: u8 = 1;
+    /// A binary OpenPGP message made by `gpg --encrypt`, for a `gpg:FINGERPRINT` recipient.
+    pub const GPG: u8 = 2;
+}
+
+/// Prefix of a recipient line naming an OpenPGP key by its fingerprint (`gpg:` and 40
+/// upper-case hex digits).
+pub const GPG_PREFIX: &str = "gpg:";
+
+/// The fingerprint of a `gpg:FINGERPRINT` recipient line (`None`: an age or ssh key).
+pub fn gpg_fingerprint(line: &str) -> Option<&str> {
+    line.trim().strip_prefix(GPG_PREFIX)
 }
 
 /// First bytes of the MAC input, per header version.
@@ -86,7 +98,7 @@ pub enum Wrap {
 /// One recipient of a file: its public key as the user gave it, and the file key held for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
-    /// The public key, one line: `age1...` or an ssh public key.
+    /// The public key, one line: `age1...`, an ssh public key, or `gpg:FINGERPRINT`.
     pub recipient: String,
     /// The file key, for this recipient.
     pub wrap: Wrap,
@@ -324,26 +336,45 @@ impl RecipientKey {
 
 /// A recipient key this process made for one recipient, with its sealed form.
 struct MadeKey {
+    kind: u8,
     sealed: Vec<u8>,
     key: Arc<RecipientKey>,
 }
 
-/// A fresh recipient key sealed to `recipient_line`.
-fn make_recipient_key(recipient_line: &str) -> Result<(Vec<u8>, SecretBytes<RECIPIENT_KEY_LEN>)> {
-    let r = Recipients::parse(recipient_line)?;
+/// A fresh recipient key sealed to `recipient_line`: the entry kind and the sealed bytes (for
+/// a gpg key one `gpg --encrypt`).
+fn make_recipient_key(
+    recipient_line: &str,
+) -> Result<(u8, Vec<u8>, SecretBytes<RECIPIENT_KEY_LEN>)> {
     let w = SecretBytes::<RECIPIENT_KEY_LEN>::random();
-    Ok((recipient::encrypt_bytes(&r, w.expose())?, w))
+    if let Some(fpr) = gpg_fingerprint(recipient_line) {
+        check_gpg_line(recipient_line)?;
+        return Ok((kind::GPG, gpg::encrypt(&[fpr.to_string()], w.expose())?, w));
+    }
+    let r = Recipients::parse(recipient_line)?;
+    Ok((kind::AGE, recipient::encrypt_bytes(&r, w.expose())?, w))
+}
+
+/// Checks a `gpg:FINGERPRINT` line.
+fn check_gpg_line(line: &str) -> Result<()> {
+    match gpg_fingerprint(line) {
+        Some(fpr) if gpg::is_fingerprint(fpr) => Ok(()),
+        _ => Err(Error::Refused(format!(
+            "invalid gpg recipient {:?}: give gpg:FINGERPRINT (40 upper-case hex digits)",
+            line.trim()
+        ))),
+    }
 }
 
 /// A grant of file `id`'s key `fk` to one recipient (one line of `slots add --recipient`
 /// form), under a recipient key of its own.
 pub fn grant(recipient_line: &str, id: &FileId, fk: &[u8; 32]) -> Result<Grant> {
     let line = recipient_line.trim();
-    let (sealed, w) = make_recipient_key(line)?;
+    let (kind, sealed, w) = make_recipient_key(line)?;
     Ok(Grant {
         recipient: line.to_string(),
         wrap: Wrap::Keyed {
-            kind: kind::AGE,
+            kind,
             sealed,
             wrapped: RecipientKey::new(w).wrap(id, fk),
         },
@@ -362,15 +393,24 @@ pub fn same_key(a: &str, b: &str) -> bool {
 }
 
 /// The recipient lines of `text` (one key per line; blank lines and `#` comments skipped),
-/// each checked, each kept as given.
+/// each checked, each kept as given: age and ssh keys as `slots add --recipient` takes them,
+/// and `gpg:FINGERPRINT` lines.
 pub fn recipient_lines(text: &str) -> Result<Vec<String>> {
-    Recipients::parse(text)?;
-    Ok(text
+    let lines: Vec<String> = text
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .map(String::from)
-        .collect())
+        .collect();
+    let (gpg_lines, others): (Vec<&String>, Vec<&String>) =
+        lines.iter().partition(|l| gpg_fingerprint(l).is_some());
+    for l in gpg_lines {
+        check_gpg_line(l)?;
+    }
+    if !others.is_empty() || lines.is_empty() {
+        Recipients::parse(&others.iter().map(|l| format!("{l}\n")).collect::<String>())?;
+    }
+    Ok(lines)
 }
 
 /// Callbacks for identities loaded where there is no terminal: every question goes unanswered.
@@ -398,6 +438,9 @@ impl age::Callbacks for NoPrompt {
 pub struct Member {
     identities: Identities,
     recipient: String,
+    /// With `--gpg`: the fingerprints of the secret keys in the gpg keyring, whose entries
+    /// (kind 2) `gpg --decrypt` opens.
+    gpg_keys: Option<Vec<String>>,
 }
 
 impl std::fmt::Debug for Member {
@@ -411,11 +454,58 @@ impl std::fmt::Debug for Member {
 impl Member {
     /// A member with these identities, granting new files to `recipient`.
     pub fn new(identities: Identities, recipient: String) -> Result<Self> {
-        Recipients::parse(&recipient)?;
+        let [recipient] = &recipient_lines(&recipient)?[..] else {
+            return Err(Error::Refused(
+                "a member owns new files with one public key".into(),
+            ));
+        };
         Ok(Self {
             identities,
-            recipient: recipient.trim().to_string(),
+            recipient: recipient.clone(),
+            gpg_keys: None,
         })
+    }
+
+    /// The member also opens gpg entries for the secret keys of the gpg keyring (one
+    /// `gpg --list-secret-keys` now; each entry's message is decrypted through gpg-agent).
+    pub fn with_gpg(mut self) -> Result<Self> {
+        self.gpg_keys = Some(gpg::secret_fingerprints()?);
+        Ok(self)
+    }
+
+    /// A member who has only the gpg keyring: the identities are empty, and new files are
+    /// owned by `fingerprint` or else the keyring's one secret key that can decrypt.
+    pub fn gpg_only(fingerprint: Option<&str>) -> Result<Self> {
+        let keys = gpg::secret_fingerprints()?;
+        let own = match (fingerprint, &keys[..]) {
+            (Some(f), _) => f.to_string(),
+            (None, [one]) => one.clone(),
+            (None, []) => {
+                return Err(Error::Refused(
+                    "the gpg keyring has no secret key that can decrypt".into(),
+                ))
+            }
+            (None, _) => {
+                return Err(Error::Refused(format!(
+                    "the gpg keyring has {} secret keys: say which one owns new files (give an \
+                     --identity as well, or keep one secret key in this GNUPGHOME)",
+                    keys.len()
+                )))
+            }
+        };
+        let m = Self::new(Identities::new(), format!("{GPG_PREFIX}{own}"))?;
+        Ok(Self {
+            gpg_keys: Some(keys),
+            ..m
+        })
+    }
+
+    /// Whether this member's gpg keyring holds the secret key of recipient line `line`.
+    fn has_gpg_key(&self, line: &str) -> bool {
+        let (Some(keys), Some(fpr)) = (&self.gpg_keys, gpg_fingerprint(line)) else {
+            return false;
+        };
+        keys.iter().any(|k| k == fpr)
     }
 
     /// A member from the texts of its identity files, where nobody can be asked for a
@@ -503,7 +593,7 @@ impl WrappedKeys {
         self.member.as_ref()
     }
 
-    /// How many public-key decryptions were done (an entry's age file opened).
+    /// How many public-key decryptions were done (an entry's age file or gpg message opened).
     pub fn unwrap_count(&self) -> u64 {
         self.unwraps.load(std::sync::atomic::Ordering::Relaxed)
     }
@@ -548,23 +638,40 @@ impl WrappedKeys {
             .iter()
             .partition(|g| same_key(&g.recipient, &member.recipient));
         for g in own.into_iter().chain(others) {
-            let (sealed, wrapped) = match &g.wrap {
+            let (kind, sealed, wrapped) = match &g.wrap {
                 Wrap::Keyed {
-                    kind: kind::AGE,
+                    kind,
                     sealed,
                     wrapped,
-                } => (sealed, Some(wrapped)),
-                Wrap::Keyed { .. } => continue,
-                Wrap::Direct { age } => (age, None),
+                } => (*kind, sealed, Some(wrapped)),
+                Wrap::Direct { age } => (kind::AGE, age, None),
             };
-            self.unwraps
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let pt = match recipient::decrypt(sealed, &member.identities) {
-                Ok(Some(pt)) => pt,
-                Ok(None) => continue,
-                // An entry that is not an age file at all: damaged (or forged).
-                Err(Error::ConfigDamaged(m)) => return Err(damaged(&m)),
-                Err(e) => return Err(e),
+            let pt = match kind {
+                kind::AGE if !member.identities.is_empty() => {
+                    self.unwraps
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    match recipient::decrypt(sealed, &member.identities) {
+                        Ok(Some(pt)) => pt,
+                        Ok(None) => continue,
+                        // An entry that is not an age file at all: damaged (or forged).
+                        Err(Error::ConfigDamaged(m)) => return Err(damaged(&m)),
+                        Err(e) => return Err(e),
+                    }
+                }
+                kind::GPG if member.has_gpg_key(&g.recipient) => {
+                    self.unwraps
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    match gpg::decrypt(sealed) {
+                        Ok(pt) => pt,
+                        // The agent could not (or would not) use the key: not this reader's.
+                        Err(gpg::DecryptError::Failed(_)) => continue,
+                        Err(gpg::DecryptError::NotPublicKey(what)) => {
+                            return Err(damaged(&format!("a gpg entry is refused: {what}")))
+                        }
+                        Err(gpg::DecryptError::Run(e)) => return Err(e),
+                    }
+                }
+                _ => continue,
             };
             let Some(wrapped) = wrapped else {
                 return file_key_of(&pt).map(Some);
@@ -603,11 +710,11 @@ impl WrappedKeys {
                 let short = recipient::short_key(line);
                 let known = locked(&self.made)
                     .get(&short)
-                    .map(|m| (m.sealed.clone(), m.key.clone()));
-                let (sealed, key) = match known {
+                    .map(|m| (m.kind, m.sealed.clone(), m.key.clone()));
+                let (kind, sealed, key) = match known {
                     Some(k) => k,
                     None => {
-                        let (sealed, w) = make_recipient_key(line)?;
+                        let (kind, sealed, w) = make_recipient_key(line)?;
                         let key = Arc::new(RecipientKey::new(w));
                         // The member's own key opens its own files without unsealing.
                         if self
@@ -618,14 +725,14 @@ impl WrappedKeys {
                             self.keep_unsealed(sealed.clone(), key.clone());
                         }
                         let mut made = locked(&self.made);
-                        let m = made.entry(short).or_insert(MadeKey { sealed, key });
-                        (m.sealed.clone(), m.key.clone())
+                        let m = made.entry(short).or_insert(MadeKey { kind, sealed, key });
+                        (m.kind, m.sealed.clone(), m.key.clone())
                     }
                 };
                 Ok(Grant {
                     recipient: line.to_string(),
                     wrap: Wrap::Keyed {
-                        kind: kind::AGE,
+                        kind,
                         sealed,
                         wrapped: key.wrap(id, fk),
                     },

@@ -13,11 +13,12 @@
 //! | `recipient` | random, stored age-encrypted to X25519 / ssh recipients | [`recipient`] |
 //! | `shamir` | random, split M-of-N into share files | [`shamir`] |
 //! | `pkcs11` | HMAC-SHA256 on a token over a salt (in the CLI: it needs the token) | – |
-//! | `gpg` | random, stored encrypted by `gpg` to an OpenPGP key (in the CLI) | – |
+//! | `gpg` | random, stored encrypted by `gpg` to an OpenPGP key (fields in the CLI) | [`gpg`] runs gpg |
 //!
 //! A slot of a kind this build does not know is kept (and covered by the config MAC) but never
 //! used to unlock: a newer cloakfs may have added it.
 
+pub mod gpg;
 pub mod keyfile;
 pub mod passphrase;
 pub mod recipient;
