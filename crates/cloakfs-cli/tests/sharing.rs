@@ -976,6 +976,33 @@ fn an_age_member_shares_with_a_gpg_key_read_offline_and_through_a_mount() {
     assert_eq!(std::fs::read_to_string(&plan).unwrap(), "plan\n");
     md.unmount();
     ma.unmount();
+
+    // fsck knows dave's gpg slot as a member: his entries (reports/q3.txt, dave.txt) are no
+    // unknown keys, and dave.txt, his alone, is a file a member can open.
+    let out = cloakfs(&["fsck", s(&f.cipher), "--identity", s(&t.alice.0), "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let sh = &r["sharing"];
+    let gpg_key = serde_json::json!(format!("gpg:{fpr}"));
+    assert!(
+        sh["member_keys"].as_array().unwrap().contains(&gpg_key),
+        "{sh}"
+    );
+    assert!(
+        sh["unknown_keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e[1] != gpg_key),
+        "{sh}"
+    );
+    assert!(
+        !sh["no_member_can_open"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!("/dave.txt")),
+        "{sh}"
+    );
 }
 
 #[test]

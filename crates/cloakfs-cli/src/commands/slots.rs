@@ -484,7 +484,8 @@ fn add(args: AddArgs) -> Result<()> {
             (kind::PKCS11, f, k)
         }
         NewSlot::Gpg(r) => {
-            let (f, k) = gpg::new_slot(&r)?;
+            let sharing = config.params.file_keys == FileKeys::Wrapped;
+            let (f, k) = gpg::new_slot(&r, sharing)?;
             (kind::GPG, f, k)
         }
         NewSlot::Shamir {

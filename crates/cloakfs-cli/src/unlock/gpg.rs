@@ -15,7 +15,7 @@ use cloakfs_core::slots::{Kek, KeySlot};
 const MAX_CT: usize = 1 << 20;
 
 /// Encrypts a fresh KEK to `recipients` and returns the new slot's fields and KEK.
-pub fn new_slot(recipients: &[String]) -> Result<(Fields, Kek)> {
+pub fn new_slot(recipients: &[String], keep_keys: bool) -> Result<(Fields, Kek)> {
     if recipients.is_empty() {
         return Err(Failure::usage("no gpg recipient given"));
     }
@@ -23,6 +23,18 @@ pub fn new_slot(recipients: &[String]) -> Result<(Fields, Kek)> {
     let ct = gpg::encrypt(recipients, kek.expose())?;
     let mut f = Fields::new();
     f.insert("gpg_recipients".into(), recipients.join(","));
+    if keep_keys {
+        // A sharing volume's file entries name gpg keys as `gpg:FINGERPRINT` (FORMAT.md
+        // 18.1): kept in that form, fsck tells this member's entries from unknown keys.
+        let keys = recipients
+            .iter()
+            .map(|id| gpg::resolve(id).map(|fpr| format!("gpg:{fpr}")))
+            .collect::<cloakfs_core::error::Result<Vec<_>>>()?;
+        f.insert(
+            cloakfs_core::slots::recipient::KEYS_FIELD.into(),
+            keys.join(","),
+        );
+    }
     f.insert("gpg".into(), b64(&ct));
     Ok((f, kek))
 }

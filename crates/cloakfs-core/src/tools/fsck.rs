@@ -214,11 +214,11 @@ struct Checker<'a> {
     long_targets_used: HashSet<String>,
 }
 
-/// The member keys the recipient slots of a sharing volume keep.
+/// The member keys the recipient and gpg slots of a sharing volume keep.
 fn sharing_members(volume: &Volume) -> SharingReport {
     let mut r = SharingReport::default();
     for slot in volume.config().slots() {
-        if slot.kind() != crate::slots::kind::RECIPIENT {
+        if ![crate::slots::kind::RECIPIENT, crate::slots::kind::GPG].contains(&slot.kind()) {
             continue;
         }
         match crate::slots::recipient::slot_keys(slot) {
