@@ -176,7 +176,7 @@ impl Filesystem for CloakFs {
         // clients' growth).
         let writeback =
             self.writeback_cache && !self.read_only && !self.coherence.sharing.is_shared();
-        negotiate(
+        negotiate_except(
             config,
             if writeback {
                 WriteCache::Writeback
@@ -185,6 +185,7 @@ impl Filesystem for CloakFs {
             },
             self.io_uring,
             self.coherence.capabilities(),
+            self.coherence.not_wanted(),
         );
         if self.adopted() {
             // The kernel refuses passthrough opens on a writeback-cached mount.

@@ -109,6 +109,18 @@ impl Coherence {
         }
     }
 
+    /// The capabilities not to take when sharing: readdirplus, whose entries of files would
+    /// carry a zero entry timeout (`entry_ttl`), so that the kernel looks each one up again
+    /// before using it; every entry's lookup at the store (several round trips each) would be
+    /// work thrown away. Listings are plain READDIR then, as gocryptfs's.
+    pub(crate) fn not_wanted(&self) -> InitFlags {
+        if self.sharing.is_shared() {
+            crate::ops::READDIRPLUS
+        } else {
+            InitFlags::empty()
+        }
+    }
+
     /// After node `ino`'s plaintext file `f` was opened: shared, bring it up to date with the
     /// store and make the kernel fetch its attributes again (close-to-open).
     pub(crate) fn opened(&self, ino: u64, f: &ContentFile) -> cloakfs_core::Result<()> {
