@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::gpg::GnuPgHome;
 use common::*;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -795,64 +796,10 @@ fn rekey_keeps_every_file_s_recipients() {
     assert!(out.status.success(), "{}", stderr(&out));
 }
 
-/// A throwaway GNUPGHOME (under /tmp, short: gpg-agent's socket path must fit in
-/// sockaddr_un) with keys made by Debian's gnupg, without passphrase; its gpg-agent is stopped
-/// on drop.
-struct GnuPgHome(tempfile::TempDir);
-
-impl GnuPgHome {
-    fn new(uids: &[&str]) -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("gs-gpg")
-            .tempdir_in("/tmp")
-            .unwrap();
-        std::fs::set_permissions(
-            dir.path(),
-            std::os::unix::fs::PermissionsExt::from_mode(0o700),
-        )
-        .unwrap();
-        for uid in uids {
-            let out = Command::new("gpg")
-                .env("GNUPGHOME", dir.path())
-                .args(["--batch", "--pinentry-mode", "loopback", "--passphrase", ""])
-                .args(["--quick-gen-key", uid, "future-default", "default", "never"])
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "gpg: {}", stderr(&out));
-        }
-        Self(dir)
-    }
-
-    /// The fingerprint of the one key in the keyring.
-    fn fingerprint(&self) -> String {
-        let out = Command::new("gpg")
-            .env("GNUPGHOME", self.0.path())
-            .args(["--with-colons", "--list-keys"])
-            .output()
-            .unwrap();
-        let text = String::from_utf8(out.stdout).unwrap();
-        let fprs: Vec<&str> = text
-            .lines()
-            .filter(|l| l.starts_with("fpr:"))
-            .map(|l| l.split(':').nth(9).unwrap())
-            .collect();
-        fprs[0].to_string()
-    }
-}
-
-impl Drop for GnuPgHome {
-    fn drop(&mut self) {
-        let _ = Command::new("gpgconf")
-            .env("GNUPGHOME", self.0.path())
-            .args(["--kill", "gpg-agent"])
-            .output();
-    }
-}
-
 /// Runs `cloakfs ARGS` of fixture `f` with `GNUPGHOME` = `home`.
 fn with_gpg(f: &Fixture, home: &GnuPgHome, args: &[&str]) -> Output {
     f.bin()
-        .env("GNUPGHOME", home.0.path())
+        .env("GNUPGHOME", home.path())
         .args(args)
         .stdin(std::process::Stdio::null())
         .output()

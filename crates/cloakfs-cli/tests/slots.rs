@@ -11,6 +11,7 @@ mod common;
 use cloakfs_core::crypto::secret::Passphrase;
 use cloakfs_core::format::config::VolumeConfig;
 use cloakfs_core::slots::Kek;
+use common::gpg::GnuPgHome;
 use common::*;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -841,54 +842,10 @@ fn check_token_key(hsm: &SoftHsm, object: &str) {
 // ---------------------------------------------------------------------------------------------
 // GnuPG
 
-/// A throwaway GNUPGHOME with one key (no passphrase); its agent is stopped on drop.
-struct GnuPgHome {
-    dir: tempfile::TempDir,
-}
-
-impl GnuPgHome {
-    fn new(uid: Option<&str>) -> Self {
-        tool("gpg");
-        // Short path: gpg-agent's socket path must fit in sockaddr_un.
-        let dir = tempfile::Builder::new()
-            .prefix("gpg")
-            .tempdir_in("/tmp")
-            .unwrap();
-        std::fs::set_permissions(
-            dir.path(),
-            std::os::unix::fs::PermissionsExt::from_mode(0o700),
-        )
-        .unwrap();
-        let h = Self { dir };
-        if let Some(uid) = uid {
-            run_tool(
-                Command::new("gpg")
-                    .env("GNUPGHOME", h.dir.path())
-                    .args(["--batch", "--pinentry-mode", "loopback", "--passphrase", ""])
-                    .args(["--quick-gen-key", uid, "future-default", "default", "never"]),
-            );
-        }
-        h
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-}
-
-impl Drop for GnuPgHome {
-    fn drop(&mut self) {
-        let _ = Command::new("gpgconf")
-            .env("GNUPGHOME", self.dir.path())
-            .args(["--kill", "gpg-agent"])
-            .output();
-    }
-}
-
 #[test]
 fn gpg_slot_through_gpg_agent() {
     let f = Fixture::new();
-    let home = GnuPgHome::new(Some("cloakfs test <cloakfs@example.org>"));
+    let home = GnuPgHome::new(&["cloakfs test <cloakfs@example.org>"]);
     let env = [("GNUPGHOME", home.path())];
     let out = cloakfs_env(
         &[
@@ -908,7 +865,7 @@ fn gpg_slot_through_gpg_agent() {
     assert!(ok(&out).contains("slot 2: gpg"));
 
     // Someone else's keyring: gpg cannot decrypt.
-    let other = GnuPgHome::new(None);
+    let other = GnuPgHome::new(&[]);
     let out = cloakfs_env(
         &["slots", "test", s(&f.cipher), "--gpg"],
         &[("GNUPGHOME", other.path())],
@@ -1540,7 +1497,7 @@ fn replaced_config_with_an_ssh_recipient_is_refused() {
 #[test]
 fn a_gpg_slot_opens_only_by_public_key_decryption() {
     let f = Fixture::new();
-    let home = GnuPgHome::new(Some("cloakfs victim <victim@example.org>"));
+    let home = GnuPgHome::new(&["cloakfs victim <victim@example.org>"]);
     let env = [("GNUPGHOME", home.path())];
     ok(&cloakfs_env(
         &[

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod daemon;
+pub mod gpg;
 pub mod machine;
 
 use std::path::{Path, PathBuf};
