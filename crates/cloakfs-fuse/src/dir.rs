@@ -309,16 +309,7 @@ impl CloakFs {
         rustix::fs::mkdirat(pfd, tmp.as_str(), Mode::from_raw_mode(mode | 0o300)).map_err(errno)?;
         let id = DirId::random();
         let built = (|| -> Res<OwnedFd> {
-            let dfd = rustix::fs::openat(
-                pfd,
-                tmp.as_str(),
-                rustix::fs::OFlags::RDONLY
-                    | rustix::fs::OFlags::DIRECTORY
-                    | rustix::fs::OFlags::NOFOLLOW
-                    | rustix::fs::OFlags::CLOEXEC,
-                Mode::empty(),
-            )
-            .map_err(errno)?;
+            let dfd = sys::open_subdir_readable(pfd, tmp.as_str()).map_err(errno)?;
             // Made durable after the reply, but before any rename, link or fsync (durable.rs).
             let id_file = sys::write_new(dfd.as_fd(), DIRID_FILE, &id.0, DIRID_MODE, false)
                 .map_err(|e| sys::io_errno(&e))?;
@@ -394,16 +385,7 @@ impl CloakFs {
         // (sshfs's `.fuse_hidden*`, NFS's `.nfs*`) would then leave the directory not empty;
         // libfuse 3.14's sshfs, with the close racing the removal, keeps such a file for good.
         self.syncer.drain()?;
-        let dfd = rustix::fs::openat(
-            parent.fd(),
-            stored.backing(),
-            rustix::fs::OFlags::RDONLY
-                | rustix::fs::OFlags::DIRECTORY
-                | rustix::fs::OFlags::NOFOLLOW
-                | rustix::fs::OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(errno)?;
+        let dfd = sys::open_subdir_readable(parent.fd(), stored.backing()).map_err(errno)?;
         let mut internal = Vec::new();
         let adopted = self.adopted();
         {
@@ -563,15 +545,7 @@ fn remove_hidden(dir: BorrowedFd<'_>) -> bool {
 /// goes, and again while the directory is not empty, a bounded number of times.
 fn remove_unused_dir(parent: BorrowedFd<'_>, tmp: &str) {
     for attempt in 1..=HIDDEN_ATTEMPTS {
-        if let Ok(t) = rustix::fs::openat(
-            parent,
-            tmp,
-            rustix::fs::OFlags::RDONLY
-                | rustix::fs::OFlags::DIRECTORY
-                | rustix::fs::OFlags::NOFOLLOW
-                | rustix::fs::OFlags::CLOEXEC,
-            Mode::empty(),
-        ) {
+        if let Ok(t) = sys::open_subdir_readable(parent, tmp) {
             let mut names = Vec::new();
             if let Ok(mut d) = Dir::read_from(&t) {
                 while let Some(Ok(ent)) = d.read() {

@@ -140,6 +140,19 @@ pub(crate) fn open_dir(dir: BorrowedFd<'_>) -> rustix::io::Result<OwnedFd> {
     )
 }
 
+/// Opens subdirectory `name` of `dir` for reading its entries (a symlink is refused).
+pub(crate) fn open_subdir_readable<P: rustix::path::Arg>(
+    dir: BorrowedFd<'_>,
+    name: P,
+) -> rustix::io::Result<OwnedFd> {
+    rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+}
+
 /// Reopens the object behind an `O_PATH` descriptor with real access `flags`.
 pub(crate) fn reopen(fd: BorrowedFd<'_>, flags: OFlags) -> rustix::io::Result<OwnedFd> {
     rustix::fs::openat(

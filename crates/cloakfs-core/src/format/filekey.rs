@@ -808,10 +808,7 @@ impl WrappedKeys {
 
     /// Remembers a file key this process made (a new file, a re-keyed one).
     pub fn remember(&self, id: FileId, fk: &SecretBytes<32>) {
-        self.opened
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id, SecretBytes::from_slice(fk.expose()));
+        locked(&self.opened).insert(id, SecretBytes::from_slice(fk.expose()));
     }
 }
 
