@@ -300,6 +300,14 @@ fn name_translates_both_ways_including_long_names() {
         5,
         "does not decrypt",
     );
+    // Encrypted names are base64url: one that begins with '-' is a path, not a flag.
+    let dash = v.f.cipher.join("-AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA");
+    std::fs::write(&dash, b"").unwrap();
+    assert_fails(
+        &v.run(&["name", "-d", v.c(), "-AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"]),
+        5,
+        "does not decrypt",
+    );
 }
 
 // ---------------------------------------------------------------- fsck

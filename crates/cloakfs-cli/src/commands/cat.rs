@@ -22,7 +22,8 @@ pub struct CatArgs {
     #[arg(long, value_name = "CIPHERDIR", requires = "raw")]
     pub volume: Option<PathBuf>,
     /// The volume's cipher directory; with --raw, the backing file.
-    #[arg(value_name = "CIPHERDIR|BACKINGFILE")]
+    // A backing file's name is base64url and may begin with '-'.
+    #[arg(value_name = "CIPHERDIR|BACKINGFILE", allow_hyphen_values = true)]
     pub first: PathBuf,
     /// Plaintext path of the file inside the volume (symlinks inside the volume are followed).
     #[arg(value_name = "PATH")]

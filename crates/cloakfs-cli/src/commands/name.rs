@@ -19,6 +19,8 @@ pub struct NameArgs {
     /// The volume's cipher directory.
     pub cipherdir: PathBuf,
     /// A plaintext path inside the volume (default), or a backing path (--decrypt).
+    // Encrypted names are base64url and may begin with '-'.
+    #[arg(allow_hyphen_values = true)]
     pub path: PathBuf,
 }
 
