@@ -45,6 +45,26 @@ impl Meta {
         }
     }
 
+    /// Copies the fields out of a `statx` that asked for the basic stats.
+    pub(crate) fn from_statx(st: &rustix::fs::Statx) -> Self {
+        let time = |t: rustix::fs::StatxTimestamp| (t.tv_sec, i64::from(t.tv_nsec));
+        Self {
+            dev: libc::makedev(st.stx_dev_major, st.stx_dev_minor),
+            ino: st.stx_ino,
+            mode: u32::from(st.stx_mode),
+            nlink: st.stx_nlink,
+            uid: st.stx_uid,
+            gid: st.stx_gid,
+            rdev: libc::makedev(st.stx_rdev_major, st.stx_rdev_minor),
+            size: st.stx_size,
+            blocks: st.stx_blocks,
+            blksize: st.stx_blksize,
+            atime: time(st.stx_atime),
+            mtime: time(st.stx_mtime),
+            ctime: time(st.stx_ctime),
+        }
+    }
+
     /// The object's type.
     pub(crate) fn kind(&self) -> Option<FileType> {
         kind_of_mode(self.mode)

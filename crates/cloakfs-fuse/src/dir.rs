@@ -8,7 +8,7 @@ use cloakfs_core::format::names::{self, Classified, DirId, EntryKind, StoredName
 use cloakfs_core::tools::paths::{parse_dir_id, DIRID_LEN};
 use fuser::{Errno, FileType};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
-use rustix::fs::{AtFlags, Dir, Mode, RenameFlags};
+use rustix::fs::{AtFlags, Dir, Mode, RawDir, RenameFlags};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::sync::{Arc, Mutex};
@@ -61,6 +61,9 @@ fn kind_of_dirent(t: rustix::fs::FileType) -> Option<FileType> {
         T::Unknown => return None,
     })
 }
+
+/// Bytes of directory entries one `getdents` of a backing directory asks for.
+const LIST_BUFFER: usize = 64 << 10;
 
 impl CloakFs {
     /// The ID of directory `dir`, read from its `cloakfs.dirid` on first use.
@@ -193,16 +196,19 @@ impl CloakFs {
         let id = self.dir_id_if_any(dir)?;
         let rfd = sys::open_dir(dir.fd()).map_err(errno)?;
         let dev = crate::attr::Meta::from_stat(&rustix::fs::fstat(&rfd).map_err(errno)?).dev;
-        let mut d = Dir::new(rfd).map_err(errno)?;
         if from != 0 {
-            d.seek(from as i64).map_err(errno)?;
+            rustix::fs::seek(&rfd, rustix::fs::SeekFrom::Start(from)).map_err(errno)?;
         }
+        // Each getdents on a network store is a round trip: few and large.
+        let mut buf = Vec::with_capacity(LIST_BUFFER);
+        let mut d = RawDir::new(&rfd, buf.spare_capacity_mut());
+        let dfd = rfd.as_fd();
         let mut out = Vec::new();
         let (mut decrypted, mut undecryptable) = (0usize, 0usize);
-        while let Some(ent) = d.read() {
+        while let Some(ent) = d.next() {
             let ent = ent.map_err(errno)?;
             let raw = ent.file_name().to_bytes();
-            let next = ent.offset() as u64;
+            let next = ent.next_entry_cookie();
             if raw == b"." || raw == b".." {
                 out.push(ListEntry {
                     name: OsStr::from_bytes(raw).to_owned(),
@@ -221,7 +227,6 @@ impl CloakFs {
                 });
                 continue;
             }
-            let dfd = d.fd().map_err(errno)?;
             let class = self
                 .volume
                 .names()
@@ -254,15 +259,12 @@ impl CloakFs {
             let name = std::str::from_utf8(raw).map_err(|_| Errno::EIO)?;
             let kind = match kind_of_dirent(ent.file_type()) {
                 Some(k) => k,
-                None => {
-                    let dfd = d.fd().map_err(errno)?;
-                    match rustix::fs::statat(dfd, name, AtFlags::SYMLINK_NOFOLLOW) {
-                        Ok(st) => crate::attr::Meta::from_stat(&st)
-                            .kind()
-                            .unwrap_or(FileType::RegularFile),
-                        Err(_) => continue,
-                    }
-                }
+                None => match rustix::fs::statat(dfd, name, AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(st) => crate::attr::Meta::from_stat(&st)
+                        .kind()
+                        .unwrap_or(FileType::RegularFile),
+                    Err(_) => continue,
+                },
             };
             out.push(ListEntry {
                 name: OsString::from_vec(plain),

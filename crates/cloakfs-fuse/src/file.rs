@@ -184,7 +184,7 @@ impl CloakFs {
             if trunc {
                 f.truncate(0)
             } else {
-                self.coherence.opened(ino.0, f)
+                self.coherence.opened(&inode, f)
             }
         };
         let mut result = ready(&f);

@@ -288,10 +288,41 @@ impl CloakFs {
 
     /// Fresh attributes of `inode`.
     pub(crate) fn stat(&self, inode: &Inode) -> Res<FileAttr> {
-        // A failure shows in the fstat that follows.
-        let _ = self.coherence.sharing.refresh_attrs(inode.fd());
-        let st = rustix::fs::fstat(inode.fd()).map_err(errno)?;
-        Ok(self.attr_of(inode, &Meta::from_stat(&st)))
+        // An object the store no longer has keeps what the kernel cached until it is closed.
+        let m = match self.fresh_meta(inode.fd()) {
+            Err(rustix::io::Errno::STALE) => {
+                rustix::fs::fstat(inode.fd()).map(|st| Meta::from_stat(&st))
+            }
+            r => r,
+        };
+        Ok(self.attr_of(inode, &m.map_err(errno)?))
+    }
+
+    /// Attributes of `inode` for a GETATTR, and how long the kernel may keep them. Right after
+    /// an open fetched them from the shared store (close-to-open), the store's client still
+    /// has them: served from there, to be kept only for what is left of the cache timeout, so
+    /// they are never older than it.
+    pub(crate) fn attr_for_kernel(&self, inode: &Inode) -> Res<(FileAttr, Duration)> {
+        let ttl = self.attr_ttl(INodeNo(inode.nodeid));
+        if let Some(age) = inode.refreshed_within(ttl) {
+            let st = rustix::fs::fstat(inode.fd()).map_err(errno)?;
+            return Ok((self.attr_of(inode, &Meta::from_stat(&st)), ttl - age));
+        }
+        Ok((self.stat(inode)?, ttl))
+    }
+
+    /// The attributes of `fd`'s object, from the store itself when shared (see
+    /// `Sharing::refresh_attrs`): ESTALE if the store no longer has the object; a store that
+    /// cannot answer leaves what the kernel has cached.
+    fn fresh_meta(&self, fd: BorrowedFd<'_>) -> rustix::io::Result<Meta> {
+        if self.coherence.sharing.is_shared() {
+            match cloakfs_core::io::shared::force_stat(fd) {
+                Ok(st) => return Ok(Meta::from_statx(&st)),
+                Err(rustix::io::Errno::STALE) => return Err(rustix::io::Errno::STALE),
+                Err(_) => {}
+            }
+        }
+        rustix::fs::fstat(fd).map(|st| Meta::from_stat(&st))
     }
 
     /// Looks up backing entry `backing` of `parent`, plaintext `name`, for the kernel
@@ -305,7 +336,8 @@ impl CloakFs {
     ) -> Res<(Arc<Inode>, FileAttr)> {
         let open = || sys::open_node(parent.fd(), backing, kind, self.local_opens).map_err(errno);
         let mut fd = open()?;
-        if self.coherence.sharing.refresh_attrs(fd.fd()) == Err(rustix::io::Errno::STALE) {
+        let mut meta = self.fresh_meta(fd.fd());
+        if meta.as_ref().err() == Some(&rustix::io::Errno::STALE) {
             // The store's client resolved the name from its own cache to an object another
             // client has removed or replaced since (GlusterFS keeps names for a second, and an
             // O_PATH open never asks the store). A stat by name that must ask the store gets
@@ -313,8 +345,9 @@ impl CloakFs {
             // (LOOKUP_REVAL): the name is then current, gone or the other client's new file.
             self.coherence.forget_stale_name(parent.fd(), backing);
             fd = open()?;
+            meta = self.fresh_meta(fd.fd());
         }
-        self.lookup_fd(fd, parent, name)
+        self.lookup_stated(fd, &meta.map_err(errno)?, parent, name)
     }
 
     /// The node hold for `dir`, a directory just made and open for reading: itself on a local

@@ -87,6 +87,15 @@ pub(crate) struct Inode {
     last_used: AtomicU64,
     /// A plaintext entry of an adopted tree (see `plain`).
     plain: std::sync::atomic::AtomicBool,
+    /// When the store last told its attributes (nanoseconds since [`epoch`], plus one; 0:
+    /// not yet), on shared storage.
+    refreshed: AtomicU64,
+}
+
+/// The instant node freshness is counted from.
+fn epoch() -> std::time::Instant {
+    static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
+    *EPOCH.get_or_init(std::time::Instant::now)
 }
 
 impl std::fmt::Debug for Inode {
@@ -116,7 +125,27 @@ impl Inode {
             open: Mutex::new(OpenState::default()),
             last_used: AtomicU64::new(0),
             plain: std::sync::atomic::AtomicBool::new(false),
+            refreshed: AtomicU64::new(0),
         }
+    }
+
+    /// Notes that the store has just told the node's attributes (and the store's client
+    /// keeps them).
+    pub(crate) fn refreshed_now(&self) {
+        let now = epoch().elapsed().as_nanos() as u64 + 1;
+        self.refreshed.store(now, Ordering::Relaxed);
+    }
+
+    /// How long ago the store last told the node's attributes, if less than `within`.
+    pub(crate) fn refreshed_within(
+        &self,
+        within: std::time::Duration,
+    ) -> Option<std::time::Duration> {
+        let at = self.refreshed.load(Ordering::Relaxed).checked_sub(1)?;
+        let age = epoch()
+            .elapsed()
+            .checked_sub(std::time::Duration::from_nanos(at))?;
+        (age < within).then_some(age)
     }
 
     /// Whether any open handle has the node.

@@ -233,8 +233,8 @@ impl Filesystem for CloakFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.node(ino).and_then(|i| self.stat(&i)) {
-            Ok(attr) => reply.attr(&self.attr_ttl(ino), &attr),
+        match self.node(ino).and_then(|i| self.attr_for_kernel(&i)) {
+            Ok((attr, ttl)) => reply.attr(&ttl, &attr),
             Err(e) => reply.error(e),
         }
     }

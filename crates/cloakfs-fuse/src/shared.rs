@@ -123,11 +123,13 @@ impl Coherence {
 
     /// After node `ino`'s plaintext file `f` was opened: shared, bring it up to date with the
     /// store and make the kernel fetch its attributes again (close-to-open).
-    pub(crate) fn opened(&self, ino: u64, f: &ContentFile) -> cloakfs_core::Result<()> {
+    pub(crate) fn opened(&self, inode: &Inode, f: &ContentFile) -> cloakfs_core::Result<()> {
         if !self.sharing.is_shared() {
             return Ok(());
         }
         f.revalidate()?;
+        inode.refreshed_now();
+        let ino = inode.nodeid;
         if let Some(n) = self.notifier.get() {
             // A negative offset invalidates the attributes only; pages go by the open flags.
             let _ = n.inval_inode(INodeNo(ino), -1, 0);

@@ -141,15 +141,13 @@ impl ContentFile {
     /// Reads the size and header again (after another client may have changed them), keeping
     /// what is known about the file ID if the header still holds it.
     fn reload(&self, st: &mut State) -> Result<()> {
-        // A failure shows in the fstat that follows.
-        let _ = self.sharing.refresh_attrs(&self.file);
-        let meta = self.file.metadata()?;
-        st.size = self.layout().plain_size_lenient(meta.len());
-        st.holes = may_have_holes(meta.len(), meta.blocks());
+        let (len, blocks) = self.sharing.fresh_size(&self.file)?;
+        st.size = self.layout().plain_size_lenient(len);
+        st.holes = may_have_holes(len, blocks);
         let old = st.cipher.as_ref().map(FileCipher::id);
         st.loaded = false;
         st.cipher = None;
-        self.load(st)?;
+        self.load_at(st, len)?;
         let new = st.cipher.as_ref().map(FileCipher::id);
         st.id_owned &= new.is_some() && new == old;
         Ok(())
@@ -170,13 +168,23 @@ impl ContentFile {
 
     /// Brings the cached size and header up to date with the store, where other clients may
     /// have changed them (at open: close-to-open consistency). Nothing to do when alone.
+    ///
+    /// Read without a hold first, as reads are: a writer on another client seldom meets an
+    /// open, and a header it is rewriting fails its check, so that case alone reads again
+    /// under a shared hold, once no client is changing the file.
     pub fn revalidate(&self) -> Result<()> {
-        let mut st = self.write_state();
-        let hold = self.sharing.hold(&self.file, false)?;
-        if hold.must_reload() {
-            self.reload(&mut st)?;
+        if !self.sharing.is_shared() {
+            return Ok(());
         }
-        Ok(())
+        let mut st = self.write_state();
+        self.sharing.forget_cached(&self.file);
+        match self.reload(&mut st) {
+            Err(Error::Tampered(_)) => {
+                let _hold = self.sharing.hold(&self.file, false)?;
+                self.reload(&mut st)
+            }
+            r => r,
+        }
     }
 
     /// Reads and checks the header if not done yet.
@@ -185,6 +193,11 @@ impl ContentFile {
             return Ok(());
         }
         let len = self.file.metadata()?.len();
+        self.load_at(st, len)
+    }
+
+    /// [`Self::load`] of a backing file `len` bytes long.
+    fn load_at(&self, st: &mut State, len: u64) -> Result<()> {
         if let Some(h) = header::read(&self.codec, &self.file, len)? {
             let opened = self.codec.open_header(&h)?;
             st.cipher = Some(opened.cipher);

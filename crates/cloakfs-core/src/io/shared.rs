@@ -104,15 +104,39 @@ impl Sharing {
     /// longer on the store.
     pub fn refresh_attrs<Fd: AsFd>(&self, fd: Fd) -> rustix::io::Result<()> {
         if self.is_shared() {
-            rustix::fs::statx(
-                fd,
-                "",
-                AtFlags::EMPTY_PATH | AtFlags::STATX_FORCE_SYNC,
-                StatxFlags::BASIC_STATS,
-            )?;
+            force_stat(fd)?;
         }
         Ok(())
     }
+
+    /// The length and allocated 512-byte units of `file`, fetched from the store when shared.
+    pub fn fresh_size(&self, file: &File) -> Result<(u64, u64)> {
+        if self.is_shared() {
+            let st = force_stat(file).map_err(std::io::Error::from)?;
+            Ok((st.stx_size, st.stx_blocks))
+        } else {
+            let meta = file.metadata()?;
+            Ok((meta.len(), std::os::unix::fs::MetadataExt::blocks(&meta)))
+        }
+    }
+
+    /// Drops what the kernel cached of `file`'s contents, so the next reads go to the store.
+    /// Nothing to do when alone.
+    pub fn forget_cached(&self, file: &File) {
+        if self.is_shared() {
+            drop_page_cache(file);
+        }
+    }
+}
+
+/// The attributes of `fd`'s file as the store has them now (not from a cache).
+pub fn force_stat<Fd: AsFd>(fd: Fd) -> rustix::io::Result<rustix::fs::Statx> {
+    rustix::fs::statx(
+        fd,
+        "",
+        AtFlags::EMPTY_PATH | AtFlags::STATX_FORCE_SYNC,
+        StatxFlags::BASIC_STATS,
+    )
 }
 
 /// Takes OFD lock `kind` on `[start, start + len)` of `file`, trying again until it is
