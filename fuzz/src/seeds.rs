@@ -192,6 +192,8 @@ pub fn control() -> Vec<Vec<u8>> {
             member: Some(cloakfs_daemon::protocol::MemberKeys {
                 identities: vec!["AGE-SECRET-KEY-1QQQQ".into()],
                 recipient: "age1qqqq".into(),
+                gpg: true,
+                gnupghome: Some("/home/u/.gnupg".into()),
             }),
         }),
         Request::Detach {

@@ -46,7 +46,9 @@ pub struct UnlockArgs {
         help_heading = "Unlocking"
     )]
     pub pin_file: Option<PathBuf>,
-    /// Unlock a gpg slot with `gpg --decrypt` (your gpg-agent supplies the key).
+    /// Unlock a gpg slot with `gpg --decrypt` (your gpg-agent supplies the key); on a sharing
+    /// volume, also open the files granted to your gpg key (attach: the daemon runs gpg as you,
+    /// with your GNUPGHOME).
     #[arg(long, help_heading = "Unlocking")]
     pub gpg: bool,
     /// A Shamir share file (repeat until the slot's threshold is reached).

@@ -41,7 +41,7 @@ pub fn join_as_member(args: &UnlockArgs, volume: Volume) -> Result<Volume> {
         return Ok(volume);
     }
     if args.identity.is_empty() {
-        return Ok(volume.join_as(Member::gpg_only(None)?)?);
+        return Ok(volume.join_as(Member::gpg_only(Default::default(), None)?)?);
     }
     let raw = read_identities(args)?;
     let mut identities = Identities::new();
@@ -57,11 +57,29 @@ pub fn join_as_member(args: &UnlockArgs, volume: Volume) -> Result<Volume> {
 }
 
 /// What a member of a sharing volume hands the multi-user daemon with its attach: the texts
-/// of its identity files and its public key (`None` for another volume, or without
-/// `--identity`). Checked here as the daemon will load them, so errors name the files.
+/// of its identity files and its public key, and with `--gpg` where its gpg keyring is
+/// (`None` for another volume, or without `--identity` and `--gpg`). Checked here as the
+/// daemon will load them, so errors name the files.
 pub fn member_keys(args: &UnlockArgs, volume: &Volume) -> Result<Option<MemberTexts>> {
-    if !volume.is_sharing() || args.identity.is_empty() {
+    if !volume.is_sharing() || (args.identity.is_empty() && !args.gpg) {
         return Ok(None);
+    }
+    // The daemon runs gpg as this user, in the keyring this process would use.
+    let gnupghome =
+        match std::env::var_os("GNUPGHOME") {
+            Some(g) => Some(std::path::absolute(&g).map_err(|e| {
+                Failure::usage(format!("GNUPGHOME {}: {e}", Path::new(&g).display()))
+            })?),
+            None => None,
+        };
+    if args.identity.is_empty() {
+        let member = Member::gpg_only(Default::default(), None)?;
+        return Ok(Some(MemberTexts {
+            texts: Vec::new(),
+            recipient: member.recipient().to_string(),
+            gpg: true,
+            gnupghome,
+        }));
     }
     let raw = read_identities(args)?;
     let mut texts = Vec::new();
@@ -75,8 +93,16 @@ pub fn member_keys(args: &UnlockArgs, volume: &Volume) -> Result<Option<MemberTe
     let named: Vec<(String, &[u8])> = (args.identity.iter().zip(&texts))
         .map(|(p, t)| (p.display().to_string(), t.as_bytes()))
         .collect();
-    Member::from_texts(&named, recipient.clone())?;
-    Ok(Some(MemberTexts { texts, recipient }))
+    let member = Member::from_texts(&named, recipient.clone())?;
+    if args.gpg {
+        member.with_gpg()?;
+    }
+    Ok(Some(MemberTexts {
+        texts,
+        recipient,
+        gpg: args.gpg,
+        gnupghome,
+    }))
 }
 
 /// The contents of the `--identity` files.
@@ -90,6 +116,10 @@ fn read_identities(args: &UnlockArgs) -> Result<Vec<Zeroizing<Vec<u8>>>> {
 pub struct MemberTexts {
     pub texts: Vec<Zeroizing<String>>,
     pub recipient: String,
+    /// `--gpg`: the member's gpg keyring opens its gpg entries.
+    pub gpg: bool,
+    /// `$GNUPGHOME` (absolute), if set: also where recipients' gpg public keys are.
+    pub gnupghome: Option<std::path::PathBuf>,
 }
 
 /// The public key of identity file `path`, whose contents are `raw`: an age identity's own,

@@ -667,3 +667,98 @@ fn sharing_members_attach_with_their_identity() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(!d.ls_root().contains(&"team-enc".to_string()));
 }
+
+/// A gpg member of a sharing volume attaches with `--gpg`: the daemon opens their gpg
+/// entries, and seals to gpg recipients, by running gpg as the attaching user with their
+/// GNUPGHOME (their keyring and gpg-agent, never the daemon's).
+#[test]
+fn a_gpg_member_attaches_with_their_keyring() {
+    let d = Daemon::start();
+    let (alice, bob) = (user("cfs-alice"), user("cfs-bob"));
+    let (mut sa, mut sb) = (d.shell(&alice), d.shell(&bob));
+    let (ha, hb) = (d.home(&alice), d.home(&bob));
+    // Bob's keyring: one key without a passphrase; its public half goes to alice, who
+    // trusts it.
+    let gpg_b = format!("GNUPGHOME={}/gpg", s(&hb));
+    let gpg_a = format!("GNUPGHOME={}/gpg", s(&ha));
+    for (sh, g, h) in [(&mut sa, &gpg_a, &ha), (&mut sb, &gpg_b, &hb)] {
+        sh.ok(&format!(
+            "mkdir -m 700 {}/gpg && {g} gpgconf --list-dirs >/dev/null",
+            s(h)
+        ));
+    }
+    sb.ok(&format!(
+        "{gpg_b} gpg --batch --pinentry-mode loopback --passphrase '' --quick-gen-key \
+         'Bob <bob@example.org>' future-default default never 2>/dev/null"
+    ));
+    let fpr = sb
+        .ok(&format!(
+            "{gpg_b} gpg --with-colons --list-keys 2>/dev/null | awk -F: '/^fpr/ {{print $10; exit}}'"
+        ))
+        .trim()
+        .to_string();
+    assert_eq!(fpr.len(), 40, "{fpr}");
+    let public = sb.ok(&format!("{gpg_b} gpg --armor --export {fpr} 2>/dev/null"));
+    std::fs::write(ha.join("bob.asc"), public).unwrap();
+    common::daemon::chown_r(&ha, &alice);
+    sa.ok(&format!(
+        "{gpg_a} gpg --batch --import {h}/bob.asc 2>/dev/null && \
+         echo {fpr}:6: | {gpg_a} gpg --batch --import-ownertrust 2>/dev/null",
+        h = s(&ha)
+    ));
+    // Alice's team volume: her age key, and bob's gpg key as a member (a gpg key slot).
+    let team = d.work.path().join("gteam");
+    std::fs::create_dir(&team).unwrap();
+    common::daemon::chown_r(&team, &alice);
+    let t = s(&team);
+    let akey = format!("{}/id.key", s(&ha));
+    sa.ok(&format!(
+        "age-keygen -o {akey} 2>/dev/null && \
+         cloakfs init --sharing --passfile {h}/pass {kdf} {t} && chmod -R a+rwX {t} && \
+         cloakfs slots add {t} --passfile {h}/pass --recipient $(age-keygen -y {akey}) && \
+         {gpg_a} cloakfs slots add {t} --passfile {h}/pass --gpg-recipient {fpr} --label bob",
+        h = s(&ha),
+        kdf = CHEAP_KDF.join(" "),
+    ));
+    sa.ok(&format!(
+        "{gpg_a} cloakfs attach --identity {akey} {t} g-alice"
+    ));
+    // Bob attaches with his gpg key alone: it opens his slot, and his files.
+    sb.ok(&format!(
+        "{gpg_b} cloakfs attach --gpg {t} g-bob </dev/null"
+    ));
+    let at = |name: &str, f: &str| format!("{}/{name}/{f}", s(&d.root));
+    sa.ok(&format!("echo plan > {}", at("g-alice", "plan.txt")));
+    assert!(sb
+        .fails(&format!("cat {}", at("g-bob", "plan.txt")))
+        .contains("ermission denied"));
+    // Alice's attach seals to bob's key with her keyring (gpg run as alice).
+    sa.ok(&format!(
+        "{gpg_a} cloakfs share add {} --gpg-recipient {fpr}",
+        at("g-alice", "plan.txt")
+    ));
+    assert_eq!(sb.ok(&format!("cat {}", at("g-bob", "plan.txt"))), "plan\n");
+    // A file bob makes is his key's alone.
+    sb.ok(&format!("echo mine > {}", at("g-bob", "bob.txt")));
+    assert_eq!(sb.ok(&format!("cat {}", at("g-bob", "bob.txt"))), "mine\n");
+    assert_eq!(
+        sb.ok(&format!("cloakfs share list {}", at("g-bob", "bob.txt")))
+            .trim(),
+        format!("gpg:{fpr}")
+    );
+    assert!(sa
+        .fails(&format!("cat {}", at("g-alice", "bob.txt")))
+        .contains("ermission denied"));
+    // A keyring without a secret key: one clear line, nothing attached.
+    let err = sb.fails(&format!(
+        "mkdir -m 700 {h}/empty && GNUPGHOME={h}/empty cloakfs attach --gpg --passfile \
+         {h}/pass {t} g-none </dev/null",
+        h = s(&hb),
+    ));
+    assert!(err.contains("no secret key"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(!d.ls_root().contains(&"g-none".to_string()));
+    for (sh, g) in [(&mut sa, &gpg_a), (&mut sb, &gpg_b)] {
+        sh.ok(&format!("{g} gpgconf --kill gpg-agent"));
+    }
+}

@@ -8,7 +8,7 @@ use crate::limits::Limits;
 use crate::naming;
 use crate::peer::{as_user, Peer, Process};
 use crate::protocol::{
-    AttachRequest, AuthMethod, AuthzAddRequest, Entity, Naming, Request, Response,
+    AttachRequest, AuthMethod, AuthzAddRequest, Entity, MemberKeys, Naming, Request, Response,
 };
 use crate::registry::{check_callback, AuthStart, NameTaken, NewAttach, PendingChallenge};
 use crate::shared::{dispatch, now, Shared};
@@ -19,7 +19,8 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use base64::Engine;
 use cloakfs_core::crypto::keys::MasterKey;
 use cloakfs_core::format::config::VolumeConfig;
-use cloakfs_core::format::filekey::Member;
+use cloakfs_core::format::filekey::{gpg_fingerprint, Member};
+use cloakfs_core::slots::gpg::Keyring;
 use cloakfs_core::Volume;
 use cloakfs_fuse::tree::AttachSpec;
 use rustix::fd::OwnedFd;
@@ -349,10 +350,7 @@ impl<T: Tree> Daemon<T> {
         let key = decode_key(&r.master_key);
         r.master_key.zeroize();
         let member = r.member.take().map(|mut m| {
-            let texts: Vec<(String, &[u8])> = (m.identities.iter().enumerate())
-                .map(|(i, t)| (format!("#{}", i + 1), t.as_bytes()))
-                .collect();
-            let made = Member::from_texts(&texts, m.recipient.clone());
+            let made = member_of(peer, &m);
             m.identities.iter_mut().for_each(|t| t.zeroize());
             made
         });
@@ -611,4 +609,31 @@ fn open_cipherdir(
     cloakfs_core::tools::rekey::check_not_rekeying(dir).map_err(io::Error::other)?;
     let config = VolumeConfig::load(dir).map_err(io::Error::other)?;
     Ok((fd, config))
+}
+
+/// The sharing-volume member an attach opens files as. Its gpg operations (its own entries
+/// with `--gpg`, and sealing to gpg recipients) use the attaching user's keyring, run as them.
+fn member_of(peer: &Peer, m: &MemberKeys) -> cloakfs_core::Result<Member> {
+    let home = crate::peer::user_info(peer.uid)
+        .map(|u| u.home)
+        .unwrap_or_else(|_| "/".into());
+    let keyring = Keyring::of_user(
+        peer.uid,
+        peer.gid,
+        home.into(),
+        m.gnupghome.as_ref().map(Into::into),
+    );
+    if m.identities.is_empty() && m.gpg {
+        let own = gpg_fingerprint(&m.recipient);
+        return Member::gpg_only(keyring, own);
+    }
+    let texts: Vec<(String, &[u8])> = (m.identities.iter().enumerate())
+        .map(|(i, t)| (format!("#{}", i + 1), t.as_bytes()))
+        .collect();
+    let member = Member::from_texts(&texts, m.recipient.clone())?.with_keyring(keyring);
+    if m.gpg {
+        member.with_gpg()
+    } else {
+        Ok(member)
+    }
 }

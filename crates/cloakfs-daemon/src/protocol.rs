@@ -166,6 +166,13 @@ impl std::fmt::Debug for AttachRequest {
 pub struct MemberKeys {
     pub identities: Vec<String>,
     pub recipient: String,
+    /// `attach --gpg`: the member also opens its files' gpg entries, with its own keyring
+    /// (gpg runs as the attaching user). Without identities, `recipient` is `gpg:FPR`.
+    #[serde(default)]
+    pub gpg: bool,
+    /// The attaching user's `GNUPGHOME`, if set (else their `~/.gnupg`).
+    #[serde(default)]
+    pub gnupghome: Option<String>,
 }
 
 impl std::fmt::Debug for MemberKeys {
@@ -333,6 +340,8 @@ mod tests {
             member: Some(MemberKeys {
                 identities: vec!["AGE-SECRET-KEY-1XYZ".into()],
                 recipient: "age1pub".into(),
+                gpg: false,
+                gnupghome: None,
             }),
         };
         let shown = format!("{r:?}");

@@ -86,6 +86,11 @@ pub fn run_attach(args: AttachArgs) -> Result<()> {
         member: member.as_ref().map(|m| MemberKeys {
             identities: m.texts.iter().map(|t| t.to_string()).collect(),
             recipient: m.recipient.clone(),
+            gpg: m.gpg,
+            gnupghome: m
+                .gnupghome
+                .as_ref()
+                .map(|g| g.to_string_lossy().into_owned()),
         }),
     });
     let answer = control::call_on(&mut client, &req);

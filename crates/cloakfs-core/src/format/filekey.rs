@@ -345,11 +345,16 @@ struct MadeKey {
 /// a gpg key one `gpg --encrypt`).
 fn make_recipient_key(
     recipient_line: &str,
+    keyring: &gpg::Keyring,
 ) -> Result<(u8, Vec<u8>, SecretBytes<RECIPIENT_KEY_LEN>)> {
     let w = SecretBytes::<RECIPIENT_KEY_LEN>::random();
     if let Some(fpr) = gpg_fingerprint(recipient_line) {
         check_gpg_line(recipient_line)?;
-        return Ok((kind::GPG, gpg::encrypt(&[fpr.to_string()], w.expose())?, w));
+        return Ok((
+            kind::GPG,
+            keyring.encrypt(&[fpr.to_string()], w.expose())?,
+            w,
+        ));
     }
     let r = Recipients::parse(recipient_line)?;
     Ok((kind::AGE, recipient::encrypt_bytes(&r, w.expose())?, w))
@@ -367,10 +372,11 @@ fn check_gpg_line(line: &str) -> Result<()> {
 }
 
 /// A grant of file `id`'s key `fk` to one recipient (one line of `slots add --recipient`
-/// form), under a recipient key of its own.
+/// form), under a recipient key of its own (a gpg recipient's sealed with this process's
+/// keyring).
 pub fn grant(recipient_line: &str, id: &FileId, fk: &[u8; 32]) -> Result<Grant> {
     let line = recipient_line.trim();
-    let (kind, sealed, w) = make_recipient_key(line)?;
+    let (kind, sealed, w) = make_recipient_key(line, &gpg::Keyring::default())?;
     Ok(Grant {
         recipient: line.to_string(),
         wrap: Wrap::Keyed {
@@ -441,6 +447,9 @@ pub struct Member {
     /// With `--gpg`: the fingerprints of the secret keys in the gpg keyring, whose entries
     /// (kind 2) `gpg --decrypt` opens.
     gpg_keys: Option<Vec<String>>,
+    /// The gpg keyring the member's gpg operations use (decrypting its entries, sealing to
+    /// gpg recipients).
+    keyring: gpg::Keyring,
 }
 
 impl std::fmt::Debug for Member {
@@ -463,22 +472,34 @@ impl Member {
             identities,
             recipient: recipient.clone(),
             gpg_keys: None,
+            keyring: gpg::Keyring::default(),
         })
+    }
+
+    /// The same member, using `keyring` for gpg (before [`Self::with_gpg`]).
+    pub fn with_keyring(mut self, keyring: gpg::Keyring) -> Self {
+        self.keyring = keyring;
+        self
     }
 
     /// The member also opens gpg entries for the secret keys of the gpg keyring (one
     /// `gpg --list-secret-keys` now; each entry's message is decrypted through gpg-agent).
     pub fn with_gpg(mut self) -> Result<Self> {
-        self.gpg_keys = Some(gpg::secret_fingerprints()?);
+        self.gpg_keys = Some(self.keyring.secret_fingerprints()?);
         Ok(self)
     }
 
     /// A member who has only the gpg keyring: the identities are empty, and new files are
     /// owned by `fingerprint` or else the keyring's one secret key that can decrypt.
-    pub fn gpg_only(fingerprint: Option<&str>) -> Result<Self> {
-        let keys = gpg::secret_fingerprints()?;
+    pub fn gpg_only(keyring: gpg::Keyring, fingerprint: Option<&str>) -> Result<Self> {
+        let keys = keyring.secret_fingerprints()?;
         let own = match (fingerprint, &keys[..]) {
-            (Some(f), _) => f.to_string(),
+            (Some(f), _) if keys.iter().any(|k| k == f) => f.to_string(),
+            (Some(f), _) => {
+                return Err(Error::Refused(format!(
+                    "the gpg keyring has no secret key {f} that can decrypt"
+                )))
+            }
             (None, [one]) => one.clone(),
             (None, []) => {
                 return Err(Error::Refused(
@@ -496,6 +517,7 @@ impl Member {
         let m = Self::new(Identities::new(), format!("{GPG_PREFIX}{own}"))?;
         Ok(Self {
             gpg_keys: Some(keys),
+            keyring,
             ..m
         })
     }
@@ -661,7 +683,7 @@ impl WrappedKeys {
                 kind::GPG if member.has_gpg_key(&g.recipient) => {
                     self.unwraps
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    match gpg::decrypt(sealed) {
+                    match member.keyring.decrypt(sealed) {
                         Ok(pt) => pt,
                         // The agent could not (or would not) use the key: not this reader's.
                         Err(gpg::DecryptError::Failed(_)) => continue,
@@ -714,7 +736,9 @@ impl WrappedKeys {
                 let (kind, sealed, key) = match known {
                     Some(k) => k,
                     None => {
-                        let (kind, sealed, w) = make_recipient_key(line)?;
+                        let keyring = self.member.as_ref().map(|m| &m.keyring);
+                        let (kind, sealed, w) =
+                            make_recipient_key(line, keyring.unwrap_or(&gpg::Keyring::default()))?;
                         let key = Arc::new(RecipientKey::new(w));
                         // The member's own key opens its own files without unsealing.
                         if self
