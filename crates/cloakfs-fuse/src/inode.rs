@@ -17,7 +17,7 @@ use crate::sys::NodeFd;
 use cloakfs_core::format::content::ContentCodec;
 use cloakfs_core::format::names::DirId;
 use cloakfs_core::io::file::ContentFile;
-use cloakfs_core::io::shared::Sharing;
+use cloakfs_core::io::shared::{ChangeStamp, Sharing};
 use rustix::fd::{BorrowedFd, OwnedFd};
 use rustix::fs::OFlags;
 use std::collections::{HashMap, HashSet};
@@ -90,6 +90,8 @@ pub(crate) struct Inode {
     /// When the store last told its attributes (nanoseconds since [`epoch`], plus one; 0:
     /// not yet), on shared storage.
     refreshed: AtomicU64,
+    /// The backing file's change stamp when an open last revalidated it (shared storage).
+    stamp: Mutex<Option<ChangeStamp>>,
 }
 
 /// The instant node freshness is counted from.
@@ -126,7 +128,19 @@ impl Inode {
             last_used: AtomicU64::new(0),
             plain: std::sync::atomic::AtomicBool::new(false),
             refreshed: AtomicU64::new(0),
+            stamp: Mutex::new(None),
         }
+    }
+
+    /// Brings open file `f` of this node up to date with the shared store (see
+    /// `ContentFile::revalidate`); `keep_pages`: the store client's cached pages may stay if
+    /// the file did not change since the last revalidation.
+    pub(crate) fn revalidate(&self, f: &ContentFile, keep_pages: bool) -> cloakfs_core::Result<()> {
+        let mut stamp = self.stamp.lock().unwrap_or_else(|e| e.into_inner());
+        let seen = if keep_pages { *stamp } else { None };
+        *stamp = None;
+        *stamp = f.revalidate(seen)?;
+        Ok(())
     }
 
     /// Notes that the store has just told the node's attributes (and the store's client

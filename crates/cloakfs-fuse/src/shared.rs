@@ -127,7 +127,7 @@ impl Coherence {
         if !self.sharing.is_shared() {
             return Ok(());
         }
-        f.revalidate()?;
+        inode.revalidate(f, true)?;
         inode.refreshed_now();
         let ino = inode.nodeid;
         if let Some(n) = self.notifier.get() {
@@ -233,7 +233,8 @@ impl CloakFs {
             // As NFS does: what another client wrote before it unlocked shows to the new
             // holder (SQLite checks its change counter right after it locks).
             if let Some(file) = inode.current() {
-                file.revalidate()
+                inode
+                    .revalidate(&file, false)
                     .map_err(|e| self.fail(&e, inode.fd(), None))?;
             }
             if let Some(n) = self.coherence.notifier.get() {

@@ -13,7 +13,7 @@ use crate::format::content::{ContentCodec, FileCipher, FileId, FreshNonce};
 use crate::format::filekey::FileKeySource;
 use crate::format::layout::Layout;
 use crate::io::header;
-use crate::io::shared::{Hold, Sharing};
+use crate::io::shared::{force_stat, ChangeStamp, Hold, Sharing};
 use crate::io::stream::{self, Batches};
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -142,6 +142,11 @@ impl ContentFile {
     /// what is known about the file ID if the header still holds it.
     fn reload(&self, st: &mut State) -> Result<()> {
         let (len, blocks) = self.sharing.fresh_size(&self.file)?;
+        self.reload_as(st, len, blocks)
+    }
+
+    /// [`Self::reload`] of a backing file just found `len` bytes long, `blocks` allocated.
+    fn reload_as(&self, st: &mut State, len: u64, blocks: u64) -> Result<()> {
         st.size = self.layout().plain_size_lenient(len);
         st.holes = may_have_holes(len, blocks);
         let old = st.cipher.as_ref().map(FileCipher::id);
@@ -167,24 +172,32 @@ impl ContentFile {
     }
 
     /// Brings the cached size and header up to date with the store, where other clients may
-    /// have changed them (at open: close-to-open consistency). Nothing to do when alone.
+    /// have changed them (at open: close-to-open consistency), and returns the file's change
+    /// stamp. The pages of the backing file the store's client has cached are dropped unless
+    /// the stamp is `seen`, the one this mount took last (and fine-grained): then no client
+    /// changed the file since they were read. Nothing to do when alone.
     ///
-    /// Read without a hold first, as reads are: a writer on another client seldom meets an
-    /// open, and a header it is rewriting fails its check, so that case alone reads again
-    /// under a shared hold, once no client is changing the file.
-    pub fn revalidate(&self) -> Result<()> {
+    /// Read without a hold, as reads are: a writer on another client seldom meets an open,
+    /// and a header it is rewriting fails its check, so that case alone reads again under a
+    /// shared hold, once no client is changing the file.
+    pub fn revalidate(&self, seen: Option<ChangeStamp>) -> Result<Option<ChangeStamp>> {
         if !self.sharing.is_shared() {
-            return Ok(());
+            return Ok(None);
         }
         let mut st = self.write_state();
-        self.sharing.forget_cached(&self.file);
-        match self.reload(&mut st) {
+        let stat = force_stat(&self.file).map_err(std::io::Error::from)?;
+        let stamp = ChangeStamp::of(&stat);
+        if seen != Some(stamp) || !stamp.fine_grained() {
+            self.sharing.forget_cached(&self.file);
+        }
+        match self.reload_as(&mut st, stat.stx_size, stat.stx_blocks) {
             Err(Error::Tampered(_)) => {
                 let _hold = self.sharing.hold(&self.file, false)?;
-                self.reload(&mut st)
+                self.reload(&mut st)?;
             }
-            r => r,
+            r => r?,
         }
+        Ok(Some(stamp))
     }
 
     /// Reads and checks the header if not done yet.

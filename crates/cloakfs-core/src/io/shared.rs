@@ -129,6 +129,33 @@ impl Sharing {
     }
 }
 
+/// What a backing file's attributes say of its contents: two equal stamps, taken from the
+/// store, mean no client changed the file between them (as NFS clients decide whether their
+/// cached pages are still good), provided the store keeps times finer than a second.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChangeStamp {
+    size: u64,
+    mtime: (i64, u32),
+    ctime: (i64, u32),
+}
+
+impl ChangeStamp {
+    /// The stamp of attributes `st`.
+    pub fn of(st: &rustix::fs::Statx) -> Self {
+        Self {
+            size: st.stx_size,
+            mtime: (st.stx_mtime.tv_sec, st.stx_mtime.tv_nsec),
+            ctime: (st.stx_ctime.tv_sec, st.stx_ctime.tv_nsec),
+        }
+    }
+
+    /// Whether the store keeps times finer than a second (sshfs's SFTP does not: two changes
+    /// within one second could leave the same stamp).
+    pub fn fine_grained(&self) -> bool {
+        self.mtime.1 != 0 || self.ctime.1 != 0
+    }
+}
+
 /// The attributes of `fd`'s file as the store has them now (not from a cache).
 pub fn force_stat<Fd: AsFd>(fd: Fd) -> rustix::io::Result<rustix::fs::Statx> {
     rustix::fs::statx(
