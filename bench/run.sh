@@ -19,7 +19,8 @@
 #   --report-only DIR   only (re)write the report from an existing results directory
 #   --store gluster|sshfs   run on a shared store instead of the local disk (see below)
 #   --store-dir DIR where the store lives (bricks or sshfs export, client mounts; must not
-#                  exist or be empty; removed at exit; default $FSB_BASE/store.<pid>)
+#                  exist or be empty; removed at exit; default /var/tmp/fss.<pid>: postmark
+#                  fails with a longer path)
 #   -h             this help
 #
 # Environment: every FSB_* knob of fsbench.sh / peers.sh passes through (FSB_WORKLOADS,
@@ -195,7 +196,9 @@ trap 'exit 130' INT TERM
 # the plain column's directory) on the store; results and the password file stay local.
 if [ -n "$STORE" ]; then
     [ -x "$REPO/scripts/shared-store.sh" ] || die "no $REPO/scripts/shared-store.sh"
-    [ -n "$STORE_DIR" ] || STORE_DIR="$FSB_BASE/store.$$"
+    # Short: postmark keeps each file's whole path in a fixed buffer, and with a location of
+    # more than about 72 characters its names overflow it (every create then fails).
+    [ -n "$STORE_DIR" ] || STORE_DIR="$(dirname "$FSB_BASE")/fss.$$"
     if [ -e "$STORE_DIR" ] && [ -n "$(ls -A "$STORE_DIR")" ]; then
         die "--store-dir $STORE_DIR is not empty (run.sh removes it at exit)"
     fi
