@@ -45,6 +45,12 @@ impl Meta {
         }
     }
 
+    /// The attributes of `fd`'s object (`fstat`: from the kernel's cache on a FUSE or network
+    /// file system).
+    pub(crate) fn of_fd<Fd: rustix::fd::AsFd>(fd: Fd) -> rustix::io::Result<Self> {
+        rustix::fs::fstat(fd).map(|st| Self::from_stat(&st))
+    }
+
     /// Copies the fields out of a `statx` that asked for the basic stats.
     pub(crate) fn from_statx(st: &rustix::fs::Statx) -> Self {
         let time = |t: rustix::fs::StatxTimestamp| (t.tv_sec, i64::from(t.tv_nsec));

@@ -195,7 +195,7 @@ impl CloakFs {
         let adopted = self.adopted();
         let id = self.dir_id_if_any(dir)?;
         let rfd = sys::open_dir(dir.fd()).map_err(errno)?;
-        let dev = crate::attr::Meta::from_stat(&rustix::fs::fstat(&rfd).map_err(errno)?).dev;
+        let dev = crate::attr::Meta::of_fd(&rfd).map_err(errno)?.dev;
         if from != 0 {
             rustix::fs::seek(&rfd, rustix::fs::SeekFrom::Start(from)).map_err(errno)?;
         }
@@ -329,7 +329,7 @@ impl CloakFs {
                 chown(dfd.as_fd(), "", uid, gid)?;
             }
             if mode & 0o300 != 0o300 {
-                let st = crate::attr::Meta::from_stat(&rustix::fs::fstat(&dfd).map_err(errno)?);
+                let st = crate::attr::Meta::of_fd(&dfd).map_err(errno)?;
                 // Keep a set-group-ID bit inherited from the parent.
                 let keep = st.mode & libc::S_ISGID;
                 rustix::fs::fchmod(&dfd, Mode::from_raw_mode((mode & 0o7777) | keep))

@@ -113,7 +113,7 @@ impl CloakFs {
         attach_owner: Option<(u32, u32)>,
         notifier: Arc<OnceLock<Notifier>>,
     ) -> std::io::Result<Self> {
-        let meta = Meta::from_stat(&rustix::fs::fstat(&fd)?);
+        let meta = Meta::of_fd(&fd)?;
         if meta.kind() != Some(fuser::FileType::Directory) {
             return Err(std::io::Error::from_raw_os_error(libc::ENOTDIR));
         }
@@ -290,9 +290,7 @@ impl CloakFs {
     pub(crate) fn stat(&self, inode: &Inode) -> Res<FileAttr> {
         // An object the store no longer has keeps what the kernel cached until it is closed.
         let m = match self.fresh_meta(inode.fd()) {
-            Err(rustix::io::Errno::STALE) => {
-                rustix::fs::fstat(inode.fd()).map(|st| Meta::from_stat(&st))
-            }
+            Err(rustix::io::Errno::STALE) => Meta::of_fd(inode.fd()),
             r => r,
         };
         Ok(self.attr_of(inode, &m.map_err(errno)?))
@@ -305,15 +303,15 @@ impl CloakFs {
     pub(crate) fn attr_for_kernel(&self, inode: &Inode) -> Res<(FileAttr, Duration)> {
         let ttl = self.attr_ttl(INodeNo(inode.nodeid));
         if let Some(age) = inode.refreshed_within(ttl) {
-            let st = rustix::fs::fstat(inode.fd()).map_err(errno)?;
-            return Ok((self.attr_of(inode, &Meta::from_stat(&st)), ttl - age));
+            let m = Meta::of_fd(inode.fd()).map_err(errno)?;
+            return Ok((self.attr_of(inode, &m), ttl - age));
         }
         Ok((self.stat(inode)?, ttl))
     }
 
-    /// The attributes of `fd`'s object, from the store itself when shared (see
-    /// `Sharing::refresh_attrs`): ESTALE if the store no longer has the object; a store that
-    /// cannot answer leaves what the kernel has cached.
+    /// The attributes of `fd`'s object, from the store itself when shared (see `force_stat`):
+    /// ESTALE if the store no longer has the object; a store that cannot answer leaves what
+    /// the kernel has cached.
     fn fresh_meta(&self, fd: BorrowedFd<'_>) -> rustix::io::Result<Meta> {
         if self.coherence.sharing.is_shared() {
             match cloakfs_core::io::shared::force_stat(fd) {
@@ -322,7 +320,7 @@ impl CloakFs {
                 Err(_) => {}
             }
         }
-        rustix::fs::fstat(fd).map(|st| Meta::from_stat(&st))
+        Meta::of_fd(fd)
     }
 
     /// Looks up backing entry `backing` of `parent`, plaintext `name`, for the kernel
@@ -371,7 +369,7 @@ impl CloakFs {
         backing: &str,
         fd: BorrowedFd<'_>,
     ) -> Res<(NodeFd, Meta)> {
-        let m = Meta::from_stat(&rustix::fs::fstat(fd).map_err(errno)?);
+        let m = Meta::of_fd(fd).map_err(errno)?;
         if self.local_opens {
             let kind = Some(fuser::FileType::RegularFile);
             if let Ok(again) = sys::open_node(parent.fd(), backing, kind, true) {
@@ -395,7 +393,7 @@ impl CloakFs {
         parent: &Inode,
         name: &OsStr,
     ) -> Res<(Arc<Inode>, FileAttr)> {
-        let m = Meta::from_stat(&rustix::fs::fstat(fd.fd()).map_err(errno)?);
+        let m = Meta::of_fd(fd.fd()).map_err(errno)?;
         self.lookup_stated(fd, &m, parent, name)
     }
 

@@ -134,20 +134,19 @@ impl Inode {
 
     /// Brings open file `f` of this node up to date with the shared store (see
     /// `ContentFile::revalidate`); `keep_pages`: the store client's cached pages may stay if
-    /// the file did not change since the last revalidation.
+    /// the file did not change since the last revalidation. The attributes the store told it
+    /// count as fresh from now (see [`Self::refreshed_within`]).
     pub(crate) fn revalidate(&self, f: &ContentFile, keep_pages: bool) -> cloakfs_core::Result<()> {
         let mut stamp = self.stamp.lock().unwrap_or_else(|e| e.into_inner());
         let seen = if keep_pages { *stamp } else { None };
-        *stamp = None;
-        *stamp = f.revalidate(seen)?;
-        Ok(())
-    }
-
-    /// Notes that the store has just told the node's attributes (and the store's client
-    /// keeps them).
-    pub(crate) fn refreshed_now(&self) {
-        let now = epoch().elapsed().as_nanos() as u64 + 1;
-        self.refreshed.store(now, Ordering::Relaxed);
+        // A revalidation that failed leaves no stamp to trust.
+        let fresh = f.revalidate(seen);
+        *stamp = fresh.as_ref().ok().copied().flatten();
+        if stamp.is_some() {
+            let now = epoch().elapsed().as_nanos() as u64 + 1;
+            self.refreshed.store(now, Ordering::Relaxed);
+        }
+        fresh.map(|_| ())
     }
 
     /// How long ago the store last told the node's attributes, if less than `within`.

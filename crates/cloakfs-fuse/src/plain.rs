@@ -183,7 +183,7 @@ impl CloakFs {
         kind: Option<fuser::FileType>,
     ) -> Res<(Arc<Inode>, FileAttr)> {
         let fd = sys::open_node(parent.fd(), backing, kind, false).map_err(errno)?;
-        let m = crate::attr::Meta::from_stat(&rustix::fs::fstat(fd.fd()).map_err(errno)?);
+        let m = crate::attr::Meta::of_fd(fd.fd()).map_err(errno)?;
         let (inode, live) = self
             .inodes
             .lookup(fd, &m, parent.nodeid, backing.as_bytes());

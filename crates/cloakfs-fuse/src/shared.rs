@@ -128,7 +128,6 @@ impl Coherence {
             return Ok(());
         }
         inode.revalidate(f, true)?;
-        inode.refreshed_now();
         let ino = inode.nodeid;
         if let Some(n) = self.notifier.get() {
             // A negative offset invalidates the attributes only; pages go by the open flags.

@@ -98,17 +98,6 @@ impl Sharing {
         *self == Sharing::Shared
     }
 
-    /// Makes the kernel fetch the attributes of `fd`'s file from the store, so that the next
-    /// `fstat` shows other clients' changes (a FUSE or network file system otherwise answers
-    /// from its attribute cache). Nothing to do when alone. Fails (ESTALE) if the file is no
-    /// longer on the store.
-    pub fn refresh_attrs<Fd: AsFd>(&self, fd: Fd) -> rustix::io::Result<()> {
-        if self.is_shared() {
-            force_stat(fd)?;
-        }
-        Ok(())
-    }
-
     /// The length and allocated 512-byte units of `file`, fetched from the store when shared.
     pub fn fresh_size(&self, file: &File) -> Result<(u64, u64)> {
         if self.is_shared() {
@@ -156,7 +145,9 @@ impl ChangeStamp {
     }
 }
 
-/// The attributes of `fd`'s file as the store has them now (not from a cache).
+/// The attributes of `fd`'s file as the store has them now: a FUSE or network file system
+/// otherwise answers from its attribute cache, past other clients' changes. Fails (ESTALE)
+/// if the file is no longer on the store.
 pub fn force_stat<Fd: AsFd>(fd: Fd) -> rustix::io::Result<rustix::fs::Statx> {
     rustix::fs::statx(
         fd,
