@@ -451,7 +451,11 @@ impl Filesystem for CloakFs {
         reply: ReplyEmpty,
     ) {
         if self.coherence.sharing.is_shared() {
-            // A close drops the closing process's locks (the kernel leaves that to flush).
+            // A close publishes this client's changes to the store, then drops the closing
+            // process's locks (the kernel leaves that to flush).
+            if let Some(inode) = self.inodes.get(ino.0) {
+                self.settle(&inode);
+            }
             self.coherence.drop_owner(ino.0, lock_owner.0);
         }
         // A close of a handle that may have written (read-only handles send none, alone): the
@@ -512,7 +516,10 @@ impl Filesystem for CloakFs {
         reply: ReplyEmpty,
     ) {
         if let Some(owner) = lock_owner {
-            // The handle's flock.
+            // The handle's flock, after its changes reached the store.
+            if let Some(inode) = self.inodes.get(ino.0) {
+                self.settle(&inode);
+            }
             self.coherence.drop_owner(ino.0, owner.0);
         }
         if let Some(inode) = self.inodes.get(ino.0) {

@@ -19,7 +19,7 @@ use fuser::{Errno, FopenFlags, INodeNo, InitFlags, Notifier};
 use rustix::fs::{AtFlags, OFlags, StatxFlags};
 use std::collections::HashMap;
 use std::fs::File;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -179,6 +179,18 @@ impl Coherence {
 }
 
 impl CloakFs {
+    /// Shared: lets the lease of `inode`'s open file go, its changes flushed to the store
+    /// (`ContentFile::settle`), before the application's close or lock makes them another
+    /// client's to see. A flush that fails is data lost after it was acknowledged: reported
+    /// by the next fsync and close (`Inode::lose`).
+    pub(crate) fn settle(&self, inode: &Inode) {
+        if let Some(file) = inode.current() {
+            if let Err(e) = file.settle() {
+                inode.lose(self.fail(&e, file.backing().as_fd(), Some("flush")));
+            }
+        }
+    }
+
     /// F_GETLK: the first lock, held by another owner here or by any other client, that
     /// conflicts with `typ` on plaintext bytes `[start, end]`: `(start, end, typ, pid)`, or
     /// `typ` F_UNLCK if none.
@@ -223,6 +235,8 @@ impl CloakFs {
         let inode = self.node(ino)?;
         let (s, e) = app_lock_range(start, end).ok_or(Errno::EINVAL)?;
         let f = self.coherence.lock_file(&inode, owner)?;
+        // What this client changed goes to the store before a lock changes hands here.
+        self.settle(&inode);
         if sleep && typ != libc::F_UNLCK {
             wait_for_lock(&f, typ, s, e - s).map_err(io_errno)?;
         } else {

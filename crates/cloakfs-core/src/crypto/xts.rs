@@ -204,7 +204,7 @@ mod tests {
 
     #[test]
     fn a_4k_unit_and_units_around_the_batch_size_match_xts_mode() {
-        let key: [u8; 64] = std::array::from_fn(|i| i as u8 * 7 + 1);
+        let key: [u8; 64] = std::array::from_fn(|i| (i as u8).wrapping_mul(7).wrapping_add(1));
         for len in [16, 17, 255, 256, 257, 271, 272, 273, 4095, 4096, 4097, 8191] {
             let plain: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
             let mut a = plain.clone();

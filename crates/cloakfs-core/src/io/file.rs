@@ -13,7 +13,8 @@ use crate::format::content::{ContentCodec, FileCipher, FileId, FreshNonce};
 use crate::format::filekey::FileKeySource;
 use crate::format::layout::Layout;
 use crate::io::header;
-use crate::io::shared::{force_stat, ChangeStamp, Hold, Sharing};
+use crate::io::lease::{Lease, LeaseGuard};
+use crate::io::shared::{force_stat, ChangeStamp, Sharing};
 use crate::io::stream::{self, Batches};
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -69,12 +70,14 @@ struct State {
 /// One backing file seen as plaintext.
 pub struct ContentFile {
     codec: Arc<ContentCodec>,
-    file: File,
+    file: Arc<File>,
     state: RwLock<State>,
     /// Large reads since the last finished batch (see `stream`); readers share `state`.
     read: Mutex<Batches>,
     /// Whether other clients may change the backing file (see `shared`).
     sharing: Sharing,
+    /// Shared: the exclusive hold changes are made under, kept across a burst of them.
+    lease: Option<Arc<Lease>>,
 }
 
 impl std::fmt::Debug for ContentFile {
@@ -89,7 +92,7 @@ fn tampered(msg: String) -> Error {
     Error::Tampered(msg)
 }
 
-/// How many more times a shared file's read that fails authentication under the shared lock
+/// How many more times a shared file's read that fails authentication under the lock
 /// is tried (see [`ContentFile::read_into`]).
 const TORN_READ_RETRIES: u64 = 5;
 
@@ -120,14 +123,15 @@ impl ContentFile {
         };
         let this = Self {
             codec,
-            file,
+            file: Arc::new(file),
             state: RwLock::new(state),
             read: Mutex::new(Batches::default()),
             sharing: Sharing::Alone,
+            lease: None,
         };
         // Whether the file may be opened at all is decided by its header.
         if this.codec.key_source().opens_at_open() {
-            this.load(&mut this.write_state())?;
+            this.load_at(&mut this.write_state(), len)?;
         }
         Ok(this)
     }
@@ -135,6 +139,7 @@ impl ContentFile {
     /// The same file, coordinated with other clients as `sharing` says.
     pub fn with_sharing(mut self, sharing: Sharing) -> Self {
         self.sharing = sharing;
+        self.lease = sharing.is_shared().then(|| Lease::new(self.file.clone()));
         self
     }
 
@@ -159,16 +164,37 @@ impl ContentFile {
     }
 
     /// The state, loaded and held against other clients' changes, for changing the contents.
-    /// The hold is released before the state (tuple fields drop in order).
-    fn changing(&self) -> Result<(Hold<'_>, RwLockWriteGuard<'_, State>)> {
+    /// The lease is let go of before the state (tuple fields drop in order).
+    fn changing(&self) -> Result<(Option<LeaseGuard<'_>>, RwLockWriteGuard<'_, State>)> {
         let mut st = self.write_state();
-        let hold = self.sharing.hold(&self.file, true)?;
-        if hold.must_reload() {
+        let lease = self.quiet()?;
+        if lease.as_ref().is_some_and(LeaseGuard::fresh) {
             self.reload(&mut st)?;
         } else {
             self.load(&mut st)?;
         }
-        Ok((hold, st))
+        Ok((lease, st))
+    }
+
+    /// Shared: the file's lease, under which no other client changes it (`None` when alone).
+    /// Taken (exclusively) to read again a file whose read failed its check too: a shared
+    /// lock on the same open file description would turn a held lease into a shared one.
+    fn quiet(&self) -> Result<Option<LeaseGuard<'_>>> {
+        Ok(match &self.lease {
+            Some(l) => Some(l.take()?),
+            None => None,
+        })
+    }
+
+    /// Shared: lets the file's lease go, after flushing this client's changes to the store
+    /// (at close, fsync, and before an application's lock changes hands); returns that
+    /// flush's failure, or one of an earlier letting go not yet told. Nothing to do when
+    /// alone.
+    pub fn settle(&self) -> Result<()> {
+        match &self.lease {
+            Some(l) => Ok(l.settle()?),
+            None => Ok(()),
+        }
     }
 
     /// Brings the cached size and header up to date with the store, where other clients may
@@ -177,9 +203,9 @@ impl ContentFile {
     /// the stamp is `seen`, the one this mount took last (and fine-grained): then no client
     /// changed the file since they were read. Nothing to do when alone.
     ///
-    /// Read without a hold, as reads are: a writer on another client seldom meets an open,
-    /// and a header it is rewriting fails its check, so that case alone reads again under a
-    /// shared hold, once no client is changing the file.
+    /// Read without the lock, as reads are: a writer on another client seldom meets an open,
+    /// and a header it is rewriting fails its check, so that case alone reads again under the
+    /// file's lease, once no other client is changing the file.
     pub fn revalidate(&self, seen: Option<ChangeStamp>) -> Result<Option<ChangeStamp>> {
         if !self.sharing.is_shared() {
             return Ok(None);
@@ -192,7 +218,7 @@ impl ContentFile {
         }
         match self.reload_as(&mut st, stat.stx_size, stat.stx_blocks) {
             Err(Error::Tampered(_)) => {
-                let _hold = self.sharing.hold(&self.file, false)?;
+                let _quiet = self.quiet()?;
                 self.reload(&mut st)?;
             }
             r => r?,
@@ -351,7 +377,7 @@ impl ContentFile {
                 loop {
                     let again = {
                         let mut st = self.write_state();
-                        let _hold = self.sharing.hold(&self.file, false)?;
+                        let _quiet = self.quiet()?;
                         self.reload(&mut st)?;
                         self.read_in(&st, off, len, buf)
                     };
@@ -719,6 +745,7 @@ impl ContentFile {
 
     /// Flushes data (and metadata unless `datasync`) to stable storage.
     pub fn sync(&self, datasync: bool) -> Result<()> {
+        self.settle()?;
         if datasync {
             self.file.sync_data()?;
         } else {

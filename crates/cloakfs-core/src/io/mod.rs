@@ -3,6 +3,7 @@
 
 pub mod file;
 pub mod header;
+pub mod lease;
 pub mod long_targets;
 pub mod reverse;
 pub mod shared;

@@ -6,10 +6,11 @@
 //! [`Sharing::Alone`] (the default) does nothing: this mount is the only writer. Under
 //! [`Sharing::Shared`] every change to a file's contents runs under an exclusive lock on the
 //! backing file's *coordination byte* ([`COORDINATION_BYTE`], FORMAT.md 19), taken with an
-//! open-file-description lock, which GlusterFS and NFS pass on to every client; under it the
-//! size and the header are read again and the backing file's page cache is dropped, so a block
-//! is re-read from the store before it is changed. Applications' own byte-range locks use the
-//! plaintext offsets below that byte (see [`app_lock_range`]), so they never meet cloakfs's.
+//! open-file-description lock, which GlusterFS and NFS pass on to every client; when it is
+//! taken the size and the header are read again and the backing file's page cache is dropped,
+//! so a block is re-read from the store before it is changed. It is kept across a burst of
+//! changes ([`crate::io::lease`]). Applications' own byte-range locks use the plaintext
+//! offsets below that byte (see [`app_lock_range`]), so they never meet cloakfs's.
 
 use crate::error::Result;
 use rustix::fd::AsFd;
@@ -31,68 +32,7 @@ pub enum Sharing {
     Shared,
 }
 
-/// A lock held on a backing file's coordination byte; released when dropped, after an
-/// exclusive hold's changes reached the store.
-#[must_use]
-pub struct Hold<'a> {
-    file: Option<&'a File>,
-    exclusive: bool,
-}
-
-impl Hold<'_> {
-    /// Whether what was cached about the file (size, header) must be read again: another
-    /// client may have changed it since.
-    pub fn must_reload(&self) -> bool {
-        self.file.is_some()
-    }
-}
-
-impl Drop for Hold<'_> {
-    fn drop(&mut self) {
-        if let Some(f) = self.file {
-            // A client's write may wait in its store client (GlusterFS's write-behind, NFS's
-            // cache) past the unlock, where the next client's read-modify-write would miss
-            // it: it goes out first, as NFS clients flush before they unlock.
-            if self.exclusive {
-                if let Err(e) = f.sync_data() {
-                    tracing::warn!("flushing a backing file to the store: {e}");
-                }
-            }
-            if let Err(e) = ofd_lock(f, libc::F_UNLCK, COORDINATION_BYTE, 1, false) {
-                tracing::warn!("releasing a backing file's coordination lock: {e}");
-            }
-        }
-    }
-}
-
 impl Sharing {
-    /// Holds `file` against other clients' changes: exclusively to change its contents, else
-    /// shared. Waits for other clients' holds. Does nothing when alone.
-    pub fn hold<'a>(&self, file: &'a File, exclusive: bool) -> Result<Hold<'a>> {
-        match self {
-            Sharing::Alone => Ok(Hold {
-                file: None,
-                exclusive,
-            }),
-            Sharing::Shared => {
-                let kind = if exclusive {
-                    libc::F_WRLCK
-                } else {
-                    libc::F_RDLCK
-                };
-                wait_for_lock(file, kind, COORDINATION_BYTE, 1)?;
-                let hold = Hold {
-                    file: Some(file),
-                    exclusive,
-                };
-                // What the kernel cached of the backing file may predate another client's
-                // change: the next reads go to the store.
-                drop_page_cache(file);
-                Ok(hold)
-            }
-        }
-    }
-
     /// Whether the backing files may change behind this mount's back.
     pub fn is_shared(&self) -> bool {
         *self == Sharing::Shared
@@ -242,7 +182,7 @@ fn flock_of(kind: i32, start: u64, len: u64) -> libc::flock {
 }
 
 /// Drops the kernel's clean cached pages of `file` (POSIX_FADV_DONTNEED).
-fn drop_page_cache(file: &File) {
+pub(crate) fn drop_page_cache(file: &File) {
     // SAFETY: posix_fadvise on a valid descriptor with plain integer arguments.
     unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
 }
@@ -263,31 +203,22 @@ mod tests {
     }
 
     #[test]
-    fn holds_of_two_descriptions_exclude_each_other() {
+    fn an_application_lock_does_not_meet_the_coordination_byte() {
         let t = tempfile::NamedTempFile::new().unwrap();
-        let a = File::options()
-            .read(true)
-            .write(true)
-            .open(t.path())
-            .unwrap();
-        let b = File::options()
-            .read(true)
-            .write(true)
-            .open(t.path())
-            .unwrap();
-        let hold = Sharing::Shared.hold(&a, true).unwrap();
-        assert!(hold.must_reload());
-        let e = ofd_lock(&b, libc::F_WRLCK, COORDINATION_BYTE, 1, false).unwrap_err();
-        assert_eq!(e.raw_os_error(), Some(libc::EAGAIN));
+        let open = || {
+            File::options()
+                .read(true)
+                .write(true)
+                .open(t.path())
+                .unwrap()
+        };
+        let (a, b) = (open(), open());
+        ofd_lock(&a, libc::F_WRLCK, COORDINATION_BYTE, 1, false).unwrap();
         assert_eq!(
             ofd_conflict(&b, libc::F_RDLCK, COORDINATION_BYTE, 1).unwrap(),
             Some((libc::F_WRLCK, COORDINATION_BYTE, 1))
         );
-        drop(hold);
-        ofd_lock(&b, libc::F_WRLCK, COORDINATION_BYTE, 1, false).unwrap();
-        // An application's whole-file lock does not meet the coordination byte.
         let (s, e) = app_lock_range(0, u64::MAX).unwrap();
-        ofd_lock(&a, libc::F_WRLCK, s, e - s, false).unwrap();
-        assert!(!Sharing::Alone.hold(&a, true).unwrap().must_reload());
+        ofd_lock(&b, libc::F_WRLCK, s, e - s, false).unwrap();
     }
 }

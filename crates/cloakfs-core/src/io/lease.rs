@@ -1,0 +1,312 @@
+//! A shared file's exclusive hold kept across a burst of changes (`--shared-storage`).
+//!
+//! Every change to a shared file's contents runs under the exclusive lock on its coordination
+//! byte ([`crate::io::shared`]). Taking that lock, reading the size and header again under it,
+//! and flushing the change to the store before letting go are several round trips to the
+//! store per change; an application writing 4 KiB blocks one by one pays them on every block.
+//! A [`Lease`] keeps the lock after a change instead, so that the next changes of this mount
+//! skip all of it: while the lock is held no other client changes the file, so what this
+//! mount knows of it stays true. It is let go, after flushing to the store, when
+//!
+//! - the file has seen no change for [`LEASE_IDLE`], or it has been held for [`LEASE_MAX`]
+//!   (another client waiting for it waits at most that long);
+//! - the application closes, fsyncs, or takes or drops an fcntl or flock lock (so a lock
+//!   handed to another client carries this client's changes with it, as NFS clients flush
+//!   before they unlock);
+//! - the file is closed.
+//!
+//! A flush that fails when the lease is let go by the timer is kept and returned by the
+//! next [`Lease::settle`] (the next fsync or close), as a failed writeback is.
+
+use crate::io::shared::{wait_for_lock, COORDINATION_BYTE};
+use std::fs::File;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+/// How long a lease outlives the last change made under it.
+pub const LEASE_IDLE: Duration = Duration::from_millis(5);
+/// How long a lease is kept at most while changes keep coming.
+pub const LEASE_MAX: Duration = Duration::from_millis(100);
+
+/// The exclusive hold of one shared file, kept or not (see the module documentation).
+pub struct Lease {
+    file: Arc<File>,
+    state: Mutex<LeaseState>,
+}
+
+/// Whether the lock is held, since when and until when, and a flush failure not yet told.
+#[derive(Default)]
+pub struct LeaseState {
+    held: Option<(Instant, Instant)>,
+    failed: Option<std::io::Error>,
+}
+
+impl LeaseState {
+    /// When the lease is let go unless another change comes (`None`: not held).
+    fn deadline(&self) -> Option<Instant> {
+        self.held
+            .map(|(since, last)| (last + LEASE_IDLE).min(since + LEASE_MAX))
+    }
+}
+
+/// The lease held for one change: the change runs under it, and the timer cannot let the
+/// lease go until it is dropped.
+pub struct LeaseGuard<'a> {
+    state: MutexGuard<'a, LeaseState>,
+    fresh: bool,
+}
+
+impl LeaseGuard<'_> {
+    /// Whether the lock was just taken, so that what was cached of the file (size, header)
+    /// must be read again: another client may have changed it while this one did not hold it.
+    pub fn fresh(&self) -> bool {
+        self.fresh
+    }
+}
+
+impl Drop for LeaseGuard<'_> {
+    fn drop(&mut self) {
+        if let Some((_, last)) = &mut self.state.held {
+            *last = Instant::now();
+        }
+    }
+}
+
+impl Lease {
+    /// The lease of `file` (not held), known to the timer.
+    pub fn new(file: Arc<File>) -> Arc<Self> {
+        let lease = Arc::new(Self {
+            file,
+            state: Mutex::new(LeaseState::default()),
+        });
+        timer().add(&lease);
+        lease
+    }
+
+    fn state(&self) -> MutexGuard<'_, LeaseState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Holds the file for a change: the lease as it is if held, else the lock taken anew
+    /// (waiting for other clients' holds) and the store client's cached pages of the file
+    /// dropped, since they may predate another client's change.
+    pub fn take(&self) -> std::io::Result<LeaseGuard<'_>> {
+        let mut state = self.state();
+        if state.held.is_some() {
+            return Ok(LeaseGuard {
+                state,
+                fresh: false,
+            });
+        }
+        wait_for_lock(&self.file, libc::F_WRLCK, COORDINATION_BYTE, 1)?;
+        crate::io::shared::drop_page_cache(&self.file);
+        let now = Instant::now();
+        state.held = Some((now, now));
+        timer().wake();
+        Ok(LeaseGuard { state, fresh: true })
+    }
+
+    /// Whether the lease is held now (then no other client changes the file).
+    pub fn is_held(&self) -> bool {
+        self.state().held.is_some()
+    }
+
+    /// Lets the lease go, after flushing this client's changes to the store; returns that
+    /// flush's failure, or an earlier one of the timer's not yet told.
+    pub fn settle(&self) -> std::io::Result<()> {
+        let mut state = self.state();
+        let r = release(&self.file, &mut state);
+        match state.failed.take() {
+            Some(e) => Err(e),
+            None => r,
+        }
+    }
+
+    /// The timer's turn: lets the lease go if its time is up; returns when to look again
+    /// (`None`: not held). A lease in use by a change (or being taken) is looked at again
+    /// later, never waited for: that change may be waiting for another client, whose own
+    /// timer may be waiting for this one's lease to go.
+    fn expire(&self, now: Instant) -> Option<Instant> {
+        let mut state = match self.state.try_lock() {
+            Ok(s) => s,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return Some(now + LEASE_IDLE),
+        };
+        let due = state.deadline()?;
+        if due > now {
+            return Some(due);
+        }
+        if let Err(e) = release(&self.file, &mut state) {
+            tracing::warn!("flushing a shared file to the store: {e}");
+            state.failed.get_or_insert(e);
+        }
+        None
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = release(&self.file, state) {
+            tracing::warn!("flushing a closed shared file to the store: {e}");
+        }
+    }
+}
+
+/// Flushes and unlocks `file` if `state` holds its lease.
+fn release(file: &File, state: &mut LeaseState) -> std::io::Result<()> {
+    if state.held.take().is_none() {
+        return Ok(());
+    }
+    // A client's writes may wait in its store client (GlusterFS's write-behind, NFS's cache)
+    // past the unlock, where the next client's read-modify-write would miss them.
+    let synced = file.sync_data();
+    let unlocked = crate::io::shared::ofd_lock(file, libc::F_UNLCK, COORDINATION_BYTE, 1, false);
+    synced.and(unlocked)
+}
+
+/// The one thread that lets leases go when their time is up.
+struct Timer {
+    leases: Mutex<TimerState>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct TimerState {
+    leases: Vec<Weak<Lease>>,
+    /// A lease was taken since the thread last looked.
+    taken: bool,
+}
+
+fn timer() -> &'static Timer {
+    static TIMER: OnceLock<&'static Timer> = OnceLock::new();
+    TIMER.get_or_init(|| {
+        let t: &'static Timer = Box::leak(Box::new(Timer {
+            leases: Mutex::new(TimerState::default()),
+            wake: Condvar::new(),
+        }));
+        std::thread::Builder::new()
+            .name("cloakfs-lease".into())
+            .spawn(move || t.run())
+            .expect("starting the lease timer thread");
+        t
+    })
+}
+
+impl Timer {
+    fn lock(&self) -> MutexGuard<'_, TimerState> {
+        self.leases.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn add(&self, lease: &Arc<Lease>) {
+        self.lock().leases.push(Arc::downgrade(lease));
+    }
+
+    fn wake(&self) {
+        self.lock().taken = true;
+        self.wake.notify_one();
+    }
+
+    fn run(&self) {
+        loop {
+            let leases = {
+                let mut s = self.lock();
+                s.leases.retain(|l| l.strong_count() > 0);
+                s.taken = false;
+                s.leases.clone()
+            };
+            let now = Instant::now();
+            let next = leases
+                .iter()
+                .filter_map(Weak::upgrade)
+                .filter_map(|l| l.expire(now))
+                .min();
+            let mut s = self.lock();
+            while !s.taken {
+                match next {
+                    Some(at) => {
+                        let left = at.saturating_duration_since(Instant::now());
+                        if left.is_zero() {
+                            break;
+                        }
+                        let (g, timeout) = self
+                            .wake
+                            .wait_timeout(s, left)
+                            .unwrap_or_else(|e| e.into_inner());
+                        s = g;
+                        if timeout.timed_out() {
+                            break;
+                        }
+                    }
+                    None => s = self.wake.wait(s).unwrap_or_else(|e| e.into_inner()),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::shared::ofd_lock;
+
+    fn two_descriptions() -> (tempfile::NamedTempFile, Arc<File>, File) {
+        let t = tempfile::NamedTempFile::new().unwrap();
+        let open = || {
+            File::options()
+                .read(true)
+                .write(true)
+                .open(t.path())
+                .unwrap()
+        };
+        let (a, b) = (open(), open());
+        (t, Arc::new(a), b)
+    }
+
+    fn locked_by_other(b: &File) -> bool {
+        match ofd_lock(b, libc::F_WRLCK, COORDINATION_BYTE, 1, false) {
+            Ok(()) => {
+                ofd_lock(b, libc::F_UNLCK, COORDINATION_BYTE, 1, false).unwrap();
+                false
+            }
+            Err(e) => {
+                assert_eq!(e.raw_os_error(), Some(libc::EAGAIN));
+                true
+            }
+        }
+    }
+
+    #[test]
+    fn a_lease_outlives_its_change_and_settling_lets_it_go() {
+        let (_t, a, b) = two_descriptions();
+        let lease = Lease::new(a);
+        // While a change holds the lease, the timer cannot let it go.
+        let change = lease.take().unwrap();
+        assert!(change.fresh());
+        assert!(locked_by_other(&b));
+        drop(change);
+        // Within the idle time the next change finds the lease held (the timer thread may
+        // have let it go meanwhile on a slow machine: then it is taken again, fresh).
+        let again = lease.take().unwrap();
+        assert!(locked_by_other(&b));
+        drop(again);
+        lease.settle().unwrap();
+        assert!(!lease.is_held());
+        assert!(!locked_by_other(&b));
+        assert!(lease.take().unwrap().fresh());
+        drop(lease);
+        assert!(!locked_by_other(&b), "a dropped lease lets the lock go");
+    }
+
+    #[test]
+    fn the_timer_lets_an_idle_lease_go() {
+        let (_t, a, b) = two_descriptions();
+        let lease = Lease::new(a);
+        drop(lease.take().unwrap());
+        // The other description's blocking lock request is granted once the timer has let
+        // the lease go: no sleep, no bound on how long that takes.
+        ofd_lock(&b, libc::F_WRLCK, COORDINATION_BYTE, 1, true).unwrap();
+        assert!(!lease.is_held());
+        lease.settle().unwrap();
+    }
+}
