@@ -3,7 +3,8 @@
 # Postmark) on a normal volume and on a sharing volume whose every file has three recipients
 # (the mounting member and two directory defaults), same binary, same disk, alternating order.
 #
-#   bench/sharing.sh [-r ROUNDS]        as root; prints one table (seconds per round)
+#   bench/sharing.sh [-r ROUNDS]        as root; prints one table (seconds per round; the
+#                                       workloads other than Postmark run 3 x ROUNDS rounds)
 #
 # FSB_BASE (default /var/tmp/fsbench) holds the volumes; FSB_WORKLOADS and the other FSB_*
 # knobs of fsbench.sh apply (default: small_create small_read postmark). FUSE over io_uring is
@@ -48,7 +49,9 @@ mkdir -p "$w/mnt-normal" "$w/mnt-sharing"
 # Postmark deletes 20,000 files, and an ext4 without a journal then spends a minute scanning
 # recently freed inodes at every allocation (docs/PERFORMANCE.md, Limits): a create run after
 # a Postmark measures that, on whichever volume comes next. So every round of the lighter
-# workloads runs first, and Postmark's rounds last.
+# workloads runs first, and Postmark's rounds last. The light ones take well under a second
+# a round, where a busy moment of the machine moves a round by 20-50%: they run three times
+# as many rounds.
 light=() heavy=()
 for name in $FSB_WORKLOADS; do
     if [ "$name" = postmark ]; then heavy+=("$name"); else light+=("$name"); fi
@@ -56,7 +59,9 @@ done
 declare -A res
 for phase in "${light[*]}" "${heavy[*]}"; do
     [ -n "$phase" ] || continue
-    for r in $(seq "$rounds"); do
+    n=$rounds
+    [ "$phase" = "${light[*]}" ] && n=$((rounds * 3))
+    for r in $(seq "$n"); do
         order="normal sharing"
         [ $((r % 2)) = 0 ] && order="sharing normal"
         for kind in $order; do
