@@ -208,7 +208,7 @@ impl CloakFs {
         match ofd_conflict(&f, typ, s, e - s).map_err(io_errno)? {
             None => Ok((start, end, libc::F_UNLCK, 0)),
             Some((kind, s, len)) => {
-                let last = if len == 0 || s + len >= cloakfs_core::io::shared::COORDINATION_BYTE {
+                let last = if len == 0 || s + len >= cloakfs_core::io::shared::WAITING_BYTE {
                     i64::MAX as u64
                 } else {
                     s + len - 1

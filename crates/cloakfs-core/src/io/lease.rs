@@ -8,8 +8,11 @@
 //! skip all of it: while the lock is held no other client changes the file, so what this
 //! mount knows of it stays true. It is let go, after flushing to the store, when
 //!
-//! - the file has seen no change for [`LEASE_IDLE`], or it has been held for [`LEASE_MAX`]
-//!   (another client waiting for it waits at most that long);
+//! - the file has seen no change for [`LEASE_IDLE`], or it has been held for [`LEASE_MAX`];
+//!   then, if another client is waiting for it (it holds a shared lock on the
+//!   [`WAITING_BYTE`] while it waits), this one does not take it again for [`LEASE_YIELD`],
+//!   longer than the waiting client's pause between tries, so that the waiting client gets
+//!   it: otherwise a client writing without pause would take it back at once, every time;
 //! - the application closes, fsyncs, or takes or drops an fcntl or flock lock (so a lock
 //!   handed to another client carries this client's changes with it, as NFS clients flush
 //!   before they unlock);
@@ -18,7 +21,7 @@
 //! A flush that fails when the lease is let go by the timer is kept and returned by the
 //! next [`Lease::settle`] (the next fsync or close), as a failed writeback is.
 
-use crate::io::shared::{wait_for_lock, COORDINATION_BYTE};
+use crate::io::shared::{ofd_conflict, ofd_lock, wait_for_lock, COORDINATION_BYTE, WAITING_BYTE};
 use std::fs::File;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
@@ -27,6 +30,10 @@ use std::time::{Duration, Instant};
 pub const LEASE_IDLE: Duration = Duration::from_millis(5);
 /// How long a lease is kept at most while changes keep coming.
 pub const LEASE_MAX: Duration = Duration::from_millis(100);
+/// How long a lease let go after [`LEASE_MAX`] is not taken again while another client waits
+/// for it: longer than the longest pause between a waiting client's tries (32 ms, see
+/// [`wait_for_lock`]).
+pub const LEASE_YIELD: Duration = Duration::from_millis(40);
 
 /// The exclusive hold of one shared file, kept or not (see the module documentation).
 pub struct Lease {
@@ -39,6 +46,8 @@ pub struct Lease {
 pub struct LeaseState {
     held: Option<(Instant, Instant)>,
     failed: Option<std::io::Error>,
+    /// When the timer let the lease go after [`LEASE_MAX`], changes still coming.
+    kept_long: Option<Instant>,
 }
 
 impl LeaseState {
@@ -87,18 +96,32 @@ impl Lease {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Holds the file for a change: the lease as it is if held, else the lock taken anew
-    /// (waiting for other clients' holds) and the store client's cached pages of the file
-    /// dropped, since they may predate another client's change.
+    /// Holds the file for a change: the lease as it is if held (and not held for
+    /// [`LEASE_MAX`] yet), else the lock taken anew (waiting for other clients' holds, and
+    /// first making way for a waiting client after a long hold) and the store client's cached
+    /// pages of the file dropped, since they may predate another client's change.
     pub fn take(&self) -> std::io::Result<LeaseGuard<'_>> {
         let mut state = self.state();
-        if state.held.is_some() {
-            return Ok(LeaseGuard {
-                state,
-                fresh: false,
-            });
+        let now = Instant::now();
+        if let Some((since, _)) = state.held {
+            if now < since + LEASE_MAX {
+                return Ok(LeaseGuard {
+                    state,
+                    fresh: false,
+                });
+            }
+            if let Err(e) = release(&self.file, &mut state) {
+                tracing::warn!("flushing a shared file to the store: {e}");
+                state.failed.get_or_insert(e);
+            }
+            state.kept_long = Some(now);
         }
-        wait_for_lock(&self.file, libc::F_WRLCK, COORDINATION_BYTE, 1)?;
+        if let Some(at) = state.kept_long.take() {
+            if others_waiting(&self.file) {
+                std::thread::sleep((at + LEASE_YIELD).saturating_duration_since(Instant::now()));
+            }
+        }
+        lock_coordination(&self.file)?;
         crate::io::shared::drop_page_cache(&self.file);
         let now = Instant::now();
         state.held = Some((now, now));
@@ -136,6 +159,12 @@ impl Lease {
         if due > now {
             return Some(due);
         }
+        if state
+            .held
+            .is_some_and(|(since, _)| since + LEASE_MAX <= now)
+        {
+            state.kept_long = Some(now);
+        }
         if let Err(e) = release(&self.file, &mut state) {
             tracing::warn!("flushing a shared file to the store: {e}");
             state.failed.get_or_insert(e);
@@ -153,6 +182,31 @@ impl Drop for Lease {
     }
 }
 
+/// Takes the coordination lock of `file`, holding a shared lock on the waiting byte while it
+/// waits (where a lock there cannot be had, it waits unseen).
+fn lock_coordination(file: &File) -> std::io::Result<()> {
+    match ofd_lock(file, libc::F_WRLCK, COORDINATION_BYTE, 1, false) {
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES)) => {}
+        r => return r,
+    }
+    let seen = ofd_lock(file, libc::F_RDLCK, WAITING_BYTE, 1, false).is_ok();
+    let r = wait_for_lock(file, libc::F_WRLCK, COORDINATION_BYTE, 1);
+    if seen {
+        if let Err(e) = ofd_lock(file, libc::F_UNLCK, WAITING_BYTE, 1, false) {
+            tracing::warn!("releasing a shared file's waiting byte: {e}");
+        }
+    }
+    r
+}
+
+/// Whether another client waits for the coordination lock of `file`.
+fn others_waiting(file: &File) -> bool {
+    matches!(
+        ofd_conflict(file, libc::F_WRLCK, WAITING_BYTE, 1),
+        Ok(Some(_))
+    )
+}
+
 /// Flushes and unlocks `file` if `state` holds its lease.
 fn release(file: &File, state: &mut LeaseState) -> std::io::Result<()> {
     if state.held.take().is_none() {
@@ -161,7 +215,7 @@ fn release(file: &File, state: &mut LeaseState) -> std::io::Result<()> {
     // A client's writes may wait in its store client (GlusterFS's write-behind, NFS's cache)
     // past the unlock, where the next client's read-modify-write would miss them.
     let synced = file.sync_data();
-    let unlocked = crate::io::shared::ofd_lock(file, libc::F_UNLCK, COORDINATION_BYTE, 1, false);
+    let unlocked = ofd_lock(file, libc::F_UNLCK, COORDINATION_BYTE, 1, false);
     synced.and(unlocked)
 }
 
@@ -248,7 +302,6 @@ impl Timer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::io::shared::ofd_lock;
 
     fn two_descriptions() -> (tempfile::NamedTempFile, Arc<File>, File) {
         let t = tempfile::NamedTempFile::new().unwrap();
@@ -307,6 +360,31 @@ mod tests {
         // the lease go: no sleep, no bound on how long that takes.
         ofd_lock(&b, libc::F_WRLCK, COORDINATION_BYTE, 1, true).unwrap();
         assert!(!lease.is_held());
+        lease.settle().unwrap();
+    }
+
+    #[test]
+    fn a_lease_kept_long_makes_way_for_a_waiting_client() {
+        let (_t, a, b) = two_descriptions();
+        let lease = Lease::new(a);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            // A writer that never pauses: each change takes the lease and drops it at once.
+            let writer = s.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    drop(lease.take().unwrap());
+                }
+            });
+            let change = lease.take().unwrap();
+            drop(change);
+            // The other client gets the lock (it waits, marked on the waiting byte) although
+            // the writer never stops: the writer gives the lease up after LEASE_MAX and makes
+            // way. Without that, this wait has no end.
+            lock_coordination(&b).unwrap();
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            ofd_lock(&b, libc::F_UNLCK, COORDINATION_BYTE, 1, false).unwrap();
+            writer.join().unwrap();
+        });
         lease.settle().unwrap();
     }
 }

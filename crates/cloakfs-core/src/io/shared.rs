@@ -21,6 +21,10 @@ use std::os::unix::io::AsRawFd;
 /// The backing file offset of the byte that cloakfs clients lock to change a file's contents:
 /// the last byte a 64-bit signed offset reaches, beyond any plaintext or backing offset.
 pub const COORDINATION_BYTE: u64 = i64::MAX as u64 - 1;
+/// The byte before it, which a client waiting for the coordination byte holds a shared lock
+/// on while it waits: a client that has kept the coordination byte long sees it and makes
+/// way (see [`crate::io::lease`]).
+pub const WAITING_BYTE: u64 = COORDINATION_BYTE - 1;
 
 /// Whether other machines may change the backing files behind this mount's back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -115,14 +119,14 @@ pub fn wait_for_lock(file: &File, kind: i32, start: u64, len: u64) -> std::io::R
 }
 
 /// The backing-file range `[start, end)` that stands for an application's lock on plaintext
-/// bytes `[start, end]` (`end` inclusive, `u64::MAX` or beyond the coordination byte for "to
-/// the end of the file"): the same offsets, cut short of the coordination byte. `None` if
-/// the range starts at or beyond it.
+/// bytes `[start, end]` (`end` inclusive, `u64::MAX` or beyond cloakfs's own bytes for "to
+/// the end of the file"): the same offsets, cut short of the waiting and coordination bytes.
+/// `None` if the range starts at or beyond them.
 pub fn app_lock_range(start: u64, end_inclusive: u64) -> Option<(u64, u64)> {
-    if start >= COORDINATION_BYTE {
+    if start >= WAITING_BYTE {
         return None;
     }
-    let end = end_inclusive.saturating_add(1).min(COORDINATION_BYTE);
+    let end = end_inclusive.saturating_add(1).min(WAITING_BYTE);
     (end > start).then_some((start, end))
 }
 
@@ -192,18 +196,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn app_locks_stay_below_the_coordination_byte() {
+    fn app_locks_stay_below_cloakfs_bytes() {
         assert_eq!(app_lock_range(0, 1023), Some((0, 1024)));
         assert_eq!(
             app_lock_range(10, i64::MAX as u64),
-            Some((10, COORDINATION_BYTE))
+            Some((10, WAITING_BYTE))
         );
-        assert_eq!(app_lock_range(5, u64::MAX), Some((5, COORDINATION_BYTE)));
-        assert_eq!(app_lock_range(COORDINATION_BYTE, u64::MAX), None);
+        assert_eq!(app_lock_range(5, u64::MAX), Some((5, WAITING_BYTE)));
+        assert_eq!(app_lock_range(WAITING_BYTE, u64::MAX), None);
     }
 
     #[test]
-    fn an_application_lock_does_not_meet_the_coordination_byte() {
+    fn an_application_lock_does_not_meet_cloakfs_bytes() {
         let t = tempfile::NamedTempFile::new().unwrap();
         let open = || {
             File::options()
@@ -218,6 +222,8 @@ mod tests {
             ofd_conflict(&b, libc::F_RDLCK, COORDINATION_BYTE, 1).unwrap(),
             Some((libc::F_WRLCK, COORDINATION_BYTE, 1))
         );
+        // Another client waiting for it says so on the byte before.
+        ofd_lock(&a, libc::F_RDLCK, WAITING_BYTE, 1, false).unwrap();
         let (s, e) = app_lock_range(0, u64::MAX).unwrap();
         ofd_lock(&b, libc::F_WRLCK, s, e - s, false).unwrap();
     }
