@@ -304,15 +304,7 @@ mod tests {
     use super::*;
 
     fn two_descriptions() -> (tempfile::NamedTempFile, Arc<File>, File) {
-        let t = tempfile::NamedTempFile::new().unwrap();
-        let open = || {
-            File::options()
-                .read(true)
-                .write(true)
-                .open(t.path())
-                .unwrap()
-        };
-        let (a, b) = (open(), open());
+        let (t, a, b) = crate::io::shared::tests::two_descriptions();
         (t, Arc::new(a), b)
     }
 

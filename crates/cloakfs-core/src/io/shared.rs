@@ -192,7 +192,7 @@ pub(crate) fn drop_page_cache(file: &File) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -206,8 +206,8 @@ mod tests {
         assert_eq!(app_lock_range(WAITING_BYTE, u64::MAX), None);
     }
 
-    #[test]
-    fn an_application_lock_does_not_meet_cloakfs_bytes() {
+    /// Two open file descriptions of one temporary file (as two clients would have).
+    pub(crate) fn two_descriptions() -> (tempfile::NamedTempFile, File, File) {
         let t = tempfile::NamedTempFile::new().unwrap();
         let open = || {
             File::options()
@@ -217,6 +217,12 @@ mod tests {
                 .unwrap()
         };
         let (a, b) = (open(), open());
+        (t, a, b)
+    }
+
+    #[test]
+    fn an_application_lock_does_not_meet_cloakfs_bytes() {
+        let (_t, a, b) = two_descriptions();
         ofd_lock(&a, libc::F_WRLCK, COORDINATION_BYTE, 1, false).unwrap();
         assert_eq!(
             ofd_conflict(&b, libc::F_RDLCK, COORDINATION_BYTE, 1).unwrap(),
