@@ -88,6 +88,39 @@ fn put_header(backing: &Path, h: &SharedHeader) {
 }
 
 #[test]
+fn a_header_changed_after_an_open_is_checked_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (alice, bob) = (Person::new(), Person::new());
+    drop(volume(tmp.path(), true));
+    let va = open_as(tmp.path(), &alice);
+    let w = Writer::new(&va, tmp.path());
+    let b = w.write_file(Path::new("b"), b"file b").unwrap();
+    let original = std::fs::read(&b).unwrap()[..4096].to_vec();
+    // Opened twice by one reader: the second open finds the same header bytes, verified.
+    assert_eq!(read_all(&va, &b).unwrap(), b"file b");
+    assert_eq!(read_all(&va, &b).unwrap(), b"file b");
+    // Bob adds himself with a key of his own choosing: the same reader refuses the change.
+    let mut forged = header(&b);
+    let id = forged.id;
+    forged
+        .grants
+        .push(grant(&bob.public(), &id, &[9u8; 32]).unwrap());
+    put_header(&b, &forged);
+    let err = read_all(&va, &b).unwrap_err();
+    assert!(matches!(err, Error::Tampered(_)), "{err}");
+    // The original header with one byte of its padding set: not the bytes verified either.
+    let mut padded = original.clone();
+    padded[4095] = 1;
+    let f = std::fs::OpenOptions::new().write(true).open(&b).unwrap();
+    f.write_all_at(&padded, 0).unwrap();
+    let err = read_all(&va, &b).unwrap_err();
+    assert!(matches!(err, Error::Tampered(_)), "{err}");
+    // Put back, it opens again.
+    f.write_all_at(&original, 0).unwrap();
+    assert_eq!(read_all(&va, &b).unwrap(), b"file b");
+}
+
+#[test]
 fn a_forged_or_moved_entry_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let (alice, bob, carol) = (Person::new(), Person::new(), Person::new());

@@ -256,11 +256,20 @@ impl ContentCodec {
                 recipients: Vec::new(),
             }),
             FileKeySource::Wrapped(w) => {
+                if let Some((id, key, recipients)) = w.recall_verified(header) {
+                    return Ok(OpenedHeader {
+                        cipher: self.cipher_with_key(id, key),
+                        recipients,
+                    });
+                }
                 let h = SharedHeader::parse(header)?;
                 let fk = w.file_key(&h)?;
+                let key = FileKeySource::block_key(&HkdfKey::new(None, fk.expose()), &h.id);
+                let recipients = h.recipients();
+                w.keep_verified(header, h.id, &key, &recipients);
                 Ok(OpenedHeader {
-                    cipher: self.cipher_from_file_key(h.id, &fk),
-                    recipients: h.recipients(),
+                    cipher: self.cipher_with_key(h.id, key),
+                    recipients,
                 })
             }
         }

@@ -48,6 +48,8 @@ pub const WRAPPED_KEY_LEN: usize = 16 + 32;
 /// Most recipient keys a reader keeps unsealed (a bound on what a hostile store can make it
 /// hold; past it the cache starts again).
 const MAX_UNSEALED: usize = 4096;
+/// Most headers a reader keeps as verified (each up to [`SHARED_HEADER_LEN`] bytes).
+const MAX_VERIFIED: usize = 1024;
 
 /// How an entry's recipient key is sealed to its recipient (the entry's first byte).
 pub mod kind {
@@ -587,7 +589,18 @@ pub struct WrappedKeys {
     made: Mutex<HashMap<String, MadeKey>>,
     /// Recipient keys unsealed (or made for the member itself), by their sealed bytes.
     unsealed: Mutex<HashMap<Vec<u8>, Arc<RecipientKey>>>,
+    /// Headers opened so far, by file ID: their bytes up to the MAC, and what they opened to.
+    verified: Mutex<HashMap<FileId, Verified>>,
     unwraps: std::sync::atomic::AtomicU64,
+}
+
+/// A header that was parsed and verified, and what it yielded: the same bytes again (an open
+/// of the same file, unchanged) yield the same without the parse, the list MAC and the
+/// key derivations.
+struct Verified {
+    bytes: Box<[u8]>,
+    block_key: SecretBytes<32>,
+    recipients: Vec<String>,
 }
 
 fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -606,6 +619,7 @@ impl WrappedKeys {
             opened: Mutex::new(HashMap::new()),
             made: Mutex::new(HashMap::new()),
             unsealed: Mutex::new(HashMap::new()),
+            verified: Mutex::new(HashMap::new()),
             unwraps: Default::default(),
         }
     }
@@ -618,6 +632,46 @@ impl WrappedKeys {
     /// How many public-key decryptions were done (an entry's age file or gpg message opened).
     pub fn unwrap_count(&self) -> u64 {
         self.unwraps.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The block key and recipients of header `b`, if exactly these bytes were verified
+    /// before (by [`WrappedKeys::keep_verified`]), with the file ID.
+    pub fn recall_verified(&self, b: &[u8]) -> Option<(FileId, SecretBytes<32>, Vec<String>)> {
+        let id = FileId(b.get(2..18)?.try_into().ok()?);
+        let known = locked(&self.verified);
+        let v = known.get(&id)?;
+        let n = v.bytes.len();
+        let same = b.len() == SHARED_HEADER_LEN as usize
+            && b[..n] == v.bytes[..]
+            && b[n..].iter().all(|&x| x == 0);
+        same.then(|| (id, v.block_key.clone(), v.recipients.clone()))
+    }
+
+    /// Keeps header `b` of file `id`, just verified, and what it yielded.
+    pub fn keep_verified(
+        &self,
+        b: &[u8],
+        id: FileId,
+        block_key: &SecretBytes<32>,
+        recipients: &[String],
+    ) {
+        // The bytes up to the MAC: the rest is zeros (parse checked).
+        let end = b[..SHARED_HEADER_LEN as usize]
+            .iter()
+            .rposition(|&x| x != 0)
+            .map_or(0, |i| i + 1);
+        let mut known = locked(&self.verified);
+        if known.len() >= MAX_VERIFIED {
+            known.clear();
+        }
+        known.insert(
+            id,
+            Verified {
+                bytes: b[..end].into(),
+                block_key: block_key.clone(),
+                recipients: recipients.to_vec(),
+            },
+        );
     }
 
     /// The authenticated file key of `h`: from the cache, else unwrapped with the member's
