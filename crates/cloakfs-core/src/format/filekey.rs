@@ -8,7 +8,8 @@
 //!   under `W` with AES-256-SIV (RFC 5297's key wrap), bound to the file ID. A mount makes one
 //!   `W` per recipient and reuses it for every file it grants to that recipient, and a reader
 //!   keeps every `W` it unsealed: the public-key operations are per recipient and mount, not
-//!   per file. The recipient list is authenticated by an HMAC keyed from `FK`. The header is
+//!   per file. It also keeps the headers it verified, so that the same bytes read again open
+//!   without a second check. The recipient list is authenticated by an HMAC keyed from `FK`. The header is
 //!   [`SHARED_HEADER_LEN`] bytes, so that a file's plaintext size still follows from its
 //!   backing length alone (stat and listing need no read). Version 2 headers (one age file of
 //!   `FK` per entry) are still read; every header written is version 3.
