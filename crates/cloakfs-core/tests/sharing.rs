@@ -87,6 +87,17 @@ fn put_header(backing: &Path, h: &SharedHeader) {
     f.write_all_at(&h.to_bytes().unwrap(), 0).unwrap();
 }
 
+/// Adds to `backing`'s list an entry for `who` under a file key of their own choosing (they
+/// do not hold the real one).
+fn add_forged_entry(backing: &Path, who: &Person) {
+    let mut forged = header(backing);
+    let id = forged.id;
+    forged
+        .grants
+        .push(grant(&who.public(), &id, &[9u8; 32]).unwrap());
+    put_header(backing, &forged);
+}
+
 #[test]
 fn a_header_changed_after_an_open_is_checked_again() {
     let tmp = tempfile::tempdir().unwrap();
@@ -100,12 +111,7 @@ fn a_header_changed_after_an_open_is_checked_again() {
     assert_eq!(read_all(&va, &b).unwrap(), b"file b");
     assert_eq!(read_all(&va, &b).unwrap(), b"file b");
     // Bob adds himself with a key of his own choosing: the same reader refuses the change.
-    let mut forged = header(&b);
-    let id = forged.id;
-    forged
-        .grants
-        .push(grant(&bob.public(), &id, &[9u8; 32]).unwrap());
-    put_header(&b, &forged);
+    add_forged_entry(&b, &bob);
     let err = read_all(&va, &b).unwrap_err();
     assert!(matches!(err, Error::Tampered(_)), "{err}");
     // The original header with one byte of its padding set: not the bytes verified either.
@@ -137,12 +143,7 @@ fn a_forged_or_moved_entry_is_refused() {
 
     // Bob holds the volume key (he is a member) but not b's file key: he adds himself to b
     // with a key of his own choosing. Alice's (authentic) entry then fails the list MAC.
-    let mut forged = header(&b);
-    let forged_id = forged.id;
-    forged
-        .grants
-        .push(grant(&bob.public(), &forged_id, &[9u8; 32]).unwrap());
-    put_header(&b, &forged);
+    add_forged_entry(&b, &bob);
     let err = read_all(&open_as(tmp.path(), &alice), &b).unwrap_err();
     assert!(matches!(err, Error::Tampered(_)), "{err}");
     // And his entry opens nothing either: the list MAC under his key fails too.
