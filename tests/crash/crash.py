@@ -425,6 +425,11 @@ def in_durable_data(j, p):
     where = (p["plain_dir"] or "").strip("/")
     if j.stream and plain == j.stream[0]:
         blocks = [int(b) for b in re.findall(r"block (\d+)", p["detail"])]
+        cut = re.search(r"backing file length (\d+)", p["detail"])
+        if not blocks and p["kind"] == "truncated" and cut:
+            # The block cut short is the last one (a write the kill interrupted); its index is
+            # at least this, a header being under 4096 bytes and a block's overhead under 104.
+            blocks = [max(0, (int(cut.group(1)) - 4096) // 4200)]
         return not blocks or min(blocks) < j.stream[1] // 4096
     if plain:
         return plain in j.files or plain in j.dirs
