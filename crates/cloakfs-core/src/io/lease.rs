@@ -228,6 +228,8 @@ struct Timer {
 #[derive(Default)]
 struct TimerState {
     leases: Vec<Weak<Lease>>,
+    /// The length of `leases` after it was last pruned of closed files.
+    pruned_len: usize,
     /// A lease was taken since the thread last looked.
     taken: bool,
 }
@@ -253,7 +255,13 @@ impl Timer {
     }
 
     fn add(&self, lease: &Arc<Lease>) {
-        self.lock().leases.push(Arc::downgrade(lease));
+        let mut s = self.lock();
+        // The thread prunes only when it wakes, which files only read never make it do.
+        if s.leases.len() >= 2 * s.pruned_len.max(64) {
+            s.leases.retain(|l| l.strong_count() > 0);
+            s.pruned_len = s.leases.len();
+        }
+        s.leases.push(Arc::downgrade(lease));
     }
 
     fn wake(&self) {
