@@ -88,8 +88,8 @@ expect_refused "holes flag flipped in the config" "sed -i 's/\"sparse\"/\"strict
 expect_refused "Argon2 iterations changed in the config" \
     "sed -i 's/\"argon2_iterations\": \"1\"/\"argon2_iterations\": \"2\"/' cloakfs.conf"
 expect_refused "unknown config version" "sed -i 's/\"cloakfs\": 1/\"cloakfs\": 2/' cloakfs.conf"
-expect_refused "file moved into another directory" "mv $sub/$inner ."
-expect_refused "encrypted name edited" "mv $hello ${hello%?}A"
+expect_refused "file moved into another directory" "mv -- $sub/$inner ."
+expect_refused "encrypted name edited" "mv -- $hello ${hello%?}A"
 expect_refused "long-name sidecar edited" "sed -i 's/^./A/' $long.name"
 expect_refused "symlink target edited" \
     "t=\$(readlink $link); rm $link; ln -s \"A\${t#?}\" $link"
@@ -184,12 +184,12 @@ long_entry=${long_entry%.name}
 short_entry=$(cd "$real/cipher" && find . -mindepth 1 -maxdepth 1 ! -name 'cloakfs.*' \
     -type f | head -n 1)
 expect_refused "long name moved into the short form" \
-    "mv $long_entry \$(dirname $long_entry)/\$(cat $long_entry.name) && rm $long_entry.name" \
+    "mv -- $long_entry \$(dirname $long_entry)/\$(cat $long_entry.name) && rm $long_entry.name" \
     --passfile "$real/pass"
 expect_refused "short name moved into the long form" \
     "e=\$(basename $short_entry); h=\$(printf %s \$e | python3 -c 'import base64, hashlib, sys
 print(base64.urlsafe_b64encode(hashlib.sha256(sys.stdin.buffer.read()).digest()).decode().rstrip(\"=\"))')
-     printf %s \$e >cloakfs.long.\$h.name && mv \$e cloakfs.long.\$h" --passfile "$real/pass"
+     printf %s \$e >cloakfs.long.\$h.name && mv -- \$e cloakfs.long.\$h" --passfile "$real/pass"
 
 # 5. A copy of a reverse view (FORMAT.md section 17) is an ordinary volume: it decrypts to the
 # plaintext directory it showed.
