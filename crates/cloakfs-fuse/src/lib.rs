@@ -459,6 +459,7 @@ fn serve<FS: fuser::Filesystem + 'static>(
     mountpoint: PathBuf,
 ) -> io::Result<()> {
     let shown = mountpoint.display().to_string();
+    sys::reserve_descriptor_table();
     let mut background = match transport {
         Transport::DevFuse(why) => {
             tracing::info!("{shown}: FUSE requests through /dev/fuse ({why})");

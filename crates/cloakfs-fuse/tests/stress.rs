@@ -304,3 +304,27 @@ fn parallel_directory_operations_in_one_directory() {
     assert_eq!(names(&fs.p("d")), want);
     assert_eq!(fs::read_to_string(fs.p("d/t2-3")).unwrap(), "2/3");
 }
+
+/// The descriptor table is grown once before serving starts: every node the kernel knows
+/// holds a descriptor, and each doubling of the table in a process of several threads waits
+/// for an RCU grace period, stalling every request that opens a descriptor (10-25 ms at the
+/// 256th, 512th, 1024th... node).
+#[test]
+fn the_descriptor_table_is_grown_before_serving() {
+    let fs = TestFs::new();
+    // A served request: the serving threads run.
+    fs::metadata(fs.p("")).unwrap();
+    let status = fs::read_to_string("/proc/self/status").unwrap();
+    let size: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("FDSize:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("FDSize in /proc/self/status");
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(u64::MAX);
+    assert!(
+        size >= limit.min(65_536),
+        "descriptor table of {size} entries, limit {limit}"
+    );
+}
