@@ -69,6 +69,8 @@ struct OpenState {
     /// The handle whose CREATE made the file, while it is open and no capability was set
     /// through this mount since (see [`Inode::created`]).
     made_by: Option<u64>,
+    /// Open handles that bypass the page cache (see [`Inode::created`]).
+    uncached: HashSet<u64>,
 }
 
 /// One node known to the kernel.
@@ -357,9 +359,17 @@ impl Inode {
         rustix::fs::fstat(self.fd()).is_ok_and(|m| m.st_nlink == 0)
     }
 
-    /// Registers open handle `fh` (after a successful open or create).
-    pub(crate) fn opened(&self, fh: u64) {
-        self.state().handles.insert(fh);
+    /// Registers open handle `fh` (after a successful open or create); returns whether it
+    /// must bypass the page cache, as every handle must while one that does is open (see
+    /// [`Inode::created`]).
+    pub(crate) fn opened(&self, fh: u64) -> bool {
+        let mut st = self.state();
+        st.handles.insert(fh);
+        let uncached = !st.uncached.is_empty();
+        if uncached {
+            st.uncached.insert(fh);
+        }
+        uncached
     }
 
     /// Registers open handle `fh` of a file its CREATE has just made. Until that handle is
@@ -368,10 +378,23 @@ impl Inode {
     /// CREATE: the answer needs no system call. A capability set on the backing file
     /// directly meanwhile shows once the handle is closed (no exec can read it before: the
     /// file is open for writing), and the backing write drops it anyway.
-    pub(crate) fn created(&self, fh: u64) {
+    ///
+    /// With `uncached`, the handle bypasses the page cache (FOPEN_DIRECT_IO), and so does
+    /// every handle opened while one that does is open. The kernel then does not ask for
+    /// the capability at all: its direct writes leave dropping privileges to us
+    /// (FUSE_WRITE_KILL_SUIDGID, and the backing write drops a capability), one round trip
+    /// less per created file. Only handles on a new file, so nothing can have cached its
+    /// pages; and all of the file's handles alike, since a cached reader could otherwise
+    /// keep a page it read while a direct write was under way (the kernel drops the written
+    /// pages before the write, not after). Once the last such handle closes, opens cache
+    /// again; the pages a direct write dropped are read again from us.
+    pub(crate) fn created(&self, fh: u64, uncached: bool) {
         let mut st = self.state();
         st.handles.insert(fh);
         st.made_by = Some(fh);
+        if uncached {
+            st.uncached.insert(fh);
+        }
     }
 
     /// Whether the file is known to have no `security.capability` (see [`Inode::created`]).
@@ -389,6 +412,7 @@ impl Inode {
     pub(crate) fn closed(&self, fh: u64) {
         let mut st = self.state();
         st.handles.remove(&fh);
+        st.uncached.remove(&fh);
         if st.made_by == Some(fh) {
             st.made_by = None;
         }

@@ -125,7 +125,9 @@ pub(crate) fn negotiate_except(
         // We clear setuid/setgid where the kernel tells us to (see `kill_suidgid`); the
         // backing file system drops security.capability on our own writes, truncates and
         // chowns. In return the kernel stops asking for security.capability before writes.
-        | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
+        | InitFlags::FUSE_HANDLE_KILLPRIV_V2
+        // Handles that bypass the page cache may still be mapped shared (through it).
+        | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
     match cache {
         WriteCache::WriteThrough => {}
         WriteCache::WriteThroughMtime => want |= InitFlags::FUSE_AUTO_INVAL_DATA,
@@ -187,6 +189,11 @@ impl Filesystem for CloakFs {
             self.coherence.capabilities(),
             self.coherence.not_wanted(),
         );
+        self.uncached_creates = !writeback
+            && !self.coherence.sharing.is_shared()
+            && config
+                .capabilities()
+                .contains(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
         if self.adopted() {
             // The kernel refuses passthrough opens on a writeback-cached mount.
             let offered = config.capabilities().contains(InitFlags::FUSE_PASSTHROUGH);
@@ -346,19 +353,17 @@ impl Filesystem for CloakFs {
         match self.do_open(req, ino, fh, flags.0) {
             Ok(()) => {
                 let inode = self.node(ino).ok();
-                if let Some(inode) = &inode {
-                    inode.opened(fh);
-                }
+                let uncached = inode.as_ref().is_some_and(|i| i.opened(fh));
                 // A handle that cannot write has nothing to report at close: no FLUSH for it
                 // (the writeback cache flushes every handle regardless), unless its close must
                 // drop locks held on the shared store.
-                let fopen = self.coherence.open_flags();
-                let fopen =
-                    if crate::file::open_writes(flags.0) || self.coherence.sharing.is_shared() {
-                        fopen
-                    } else {
-                        fopen | FopenFlags::FOPEN_NOFLUSH
-                    };
+                let mut fopen = self.coherence.open_flags();
+                if !crate::file::open_writes(flags.0) && !self.coherence.sharing.is_shared() {
+                    fopen |= FopenFlags::FOPEN_NOFLUSH;
+                }
+                if uncached {
+                    fopen |= FopenFlags::FOPEN_DIRECT_IO;
+                }
                 let passthrough = inode
                     .filter(|i| i.is_plain())
                     .and_then(|i| self.passthrough_for(&i, fh, |f| reply.open_backing(f)));
@@ -713,19 +718,25 @@ impl Filesystem for CloakFs {
         match self.do_create(req, parent, name, mode, flags) {
             Ok((attr, made)) => {
                 let fh = self.new_fh();
-                if let Ok(inode) = self.node(attr.ino) {
-                    if made && !self.coherence.sharing.is_shared() {
-                        inode.created(fh);
-                    } else {
-                        inode.opened(fh);
+                let uncached = match self.node(attr.ino) {
+                    Ok(inode) if made && !self.coherence.sharing.is_shared() => {
+                        let uncached = self.uncached_creates && !inode.is_plain();
+                        inode.created(fh, uncached);
+                        uncached
                     }
+                    Ok(inode) => inode.opened(fh),
+                    Err(_) => false,
+                };
+                let mut fopen = self.coherence.open_flags();
+                if uncached {
+                    fopen |= FopenFlags::FOPEN_DIRECT_IO;
                 }
                 reply.created(
                     &self.coherence.entry_ttl(self.ttl, &attr),
                     &attr,
                     Generation(0),
                     FileHandle(fh),
-                    self.coherence.open_flags(),
+                    fopen,
                 )
             }
             Err(e) => reply.error(e),
