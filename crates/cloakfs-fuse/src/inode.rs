@@ -387,14 +387,19 @@ impl Inode {
     /// pages; and all of the file's handles alike, since a cached reader could otherwise
     /// keep a page it read while a direct write was under way (the kernel drops the written
     /// pages before the write, not after). Once the last such handle closes, opens cache
-    /// again; the pages a direct write dropped are read again from us.
-    pub(crate) fn created(&self, fh: u64, uncached: bool) {
+    /// again; the pages a direct write dropped are read again from us. Returns whether the
+    /// handle is uncached: not if another handle was registered first (a process that
+    /// looked the new name up and opened it before this CREATE's reply), since that one
+    /// caches.
+    pub(crate) fn created(&self, fh: u64, uncached: bool) -> bool {
         let mut st = self.state();
+        let uncached = uncached && st.handles.is_empty();
         st.handles.insert(fh);
         st.made_by = Some(fh);
         if uncached {
             st.uncached.insert(fh);
         }
+        uncached
     }
 
     /// Whether the file is known to have no `security.capability` (see [`Inode::created`]).
@@ -700,5 +705,42 @@ impl InodeTable {
                 e.inode
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file_node() -> Inode {
+        let f = tempfile::tempfile().unwrap();
+        let m = crate::attr::Meta::of_fd(&f).unwrap();
+        Inode::new(2, NodeFd::readable(f.into()), &m)
+    }
+
+    /// One page-cache mode for all of a file's open handles: a creator's handle is uncached
+    /// unless a handle got in first, and handles opened while an uncached one is open are
+    /// uncached too, until it closes.
+    #[test]
+    fn a_new_files_handles_share_one_caching_mode() {
+        let node = file_node();
+        assert!(node.created(1, true));
+        assert!(
+            node.opened(2),
+            "opened while the creator's uncached handle is open"
+        );
+        node.closed(1);
+        assert!(node.opened(3), "handle 2 is still uncached");
+        node.closed(2);
+        node.closed(3);
+        assert!(!node.opened(4), "all uncached handles closed");
+
+        // A process opened the new name before the CREATE's reply registered its handle.
+        let raced = file_node();
+        assert!(!raced.opened(1));
+        assert!(!raced.created(2, true), "a cached handle came first");
+        assert!(!raced.opened(3));
+
+        assert!(!file_node().created(1, false));
     }
 }

@@ -720,9 +720,7 @@ impl Filesystem for CloakFs {
                 let fh = self.new_fh();
                 let uncached = match self.node(attr.ino) {
                     Ok(inode) if made && !self.coherence.sharing.is_shared() => {
-                        let uncached = self.uncached_creates && !inode.is_plain();
-                        inode.created(fh, uncached);
-                        uncached
+                        inode.created(fh, self.uncached_creates && !inode.is_plain())
                     }
                     Ok(inode) => inode.opened(fh),
                     Err(_) => false,
