@@ -316,11 +316,12 @@ pub(crate) fn raise_nofile_limit() {
 const RESERVED_DESCRIPTORS: u64 = 65_536;
 
 /// Grows this process's descriptor table to hold [`RESERVED_DESCRIPTORS`] (or the limit, if
-/// lower) now, while one thread runs. The kernel doubles the table as descriptors are opened,
-/// and in a process of several threads each doubling waits for an RCU grace period
-/// (`expand_fdtable`), 10-25 ms here, during which every thread that opens a descriptor
-/// waits too: one stalled request at the 256th, 512th, 1024th... node. The table never
-/// shrinks, and a fork copies only the part in use, so this is done by the serving process.
+/// lower) now, before the serving threads start and before any request can wait on it. The
+/// kernel doubles the table as descriptors are opened, and in a process of several threads
+/// each doubling waits for an RCU grace period (`expand_fdtable`), 10-25 ms here, during which
+/// every thread that opens a descriptor waits too: one stalled request at the 256th, 512th,
+/// 1024th... node. The table never shrinks, and a fork copies only the part in use, so this
+/// is done by the serving process.
 /// Costs 8 bytes of kernel memory per descriptor (512 KiB).
 pub(crate) fn reserve_descriptor_table() {
     use rustix::process::{getrlimit, Resource};

@@ -1029,25 +1029,17 @@ fn mmap_shared_writable() {
         .write(true)
         .open(fs.p("m"))
         .unwrap();
+    let p = map_shared(&f, len, libc::PROT_READ | libc::PROT_WRITE);
     // SAFETY: a shared mapping of an open file of `len` bytes, written within bounds and
     // unmapped before the file is closed.
     unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        );
-        assert_ne!(p, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
-        let s = std::slice::from_raw_parts_mut(p.cast::<u8>(), len);
+        let s = std::slice::from_raw_parts_mut(p, len);
         assert_eq!(s[5000], b'a');
         s[0] = b'X';
         s[4096 + 7] = b'Y';
         s[len - 1] = b'Z';
-        check(libc::msync(p, len, libc::MS_SYNC)).unwrap();
-        check(libc::munmap(p, len)).unwrap();
+        check(libc::msync(p.cast(), len, libc::MS_SYNC)).unwrap();
+        check(libc::munmap(p.cast(), len)).unwrap();
     }
     drop(f);
     let check_content = |got: Vec<u8>| {
@@ -1108,21 +1100,13 @@ fn a_new_files_handles_bypass_the_page_cache_while_its_creator_has_it_open() {
         .open(fs.p("mapped"))
         .unwrap();
     f.set_len(4096).unwrap();
+    let m = map_shared(&f, 4096, libc::PROT_READ | libc::PROT_WRITE);
     // SAFETY: a shared mapping of an open file of 4096 bytes, written within bounds and
     // unmapped before the file is closed.
     unsafe {
-        let m = libc::mmap(
-            std::ptr::null_mut(),
-            4096,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        );
-        assert_ne!(m, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
-        *m.cast::<u8>().add(100) = 3;
-        check(libc::msync(m, 4096, libc::MS_SYNC)).unwrap();
-        check(libc::munmap(m, 4096)).unwrap();
+        *m.add(100) = 3;
+        check(libc::msync(m.cast(), 4096, libc::MS_SYNC)).unwrap();
+        check(libc::munmap(m.cast(), 4096)).unwrap();
     }
     File::open(fs.p("mapped"))
         .unwrap()
@@ -1137,20 +1121,12 @@ fn a_new_files_handles_bypass_the_page_cache_while_its_creator_has_it_open() {
 fn page_cached(f: &File, index: usize) -> bool {
     let len = (index + 1) * 4096;
     let mut vec = vec![0u8; index + 1];
-    // SAFETY: a read-only shared mapping of `len` bytes of an open file, never accessed,
-    // queried with a vector of one byte per page, and unmapped.
+    let m = map_shared(f, len, libc::PROT_READ);
+    // SAFETY: a mapping of `len` bytes, never accessed, queried with a vector of one byte
+    // per page, and unmapped.
     unsafe {
-        let m = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        );
-        assert_ne!(m, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
-        check(libc::mincore(m, len, vec.as_mut_ptr())).unwrap();
-        check(libc::munmap(m, len)).unwrap();
+        check(libc::mincore(m.cast(), len, vec.as_mut_ptr())).unwrap();
+        check(libc::munmap(m.cast(), len)).unwrap();
     }
     vec[index] & 1 == 1
 }

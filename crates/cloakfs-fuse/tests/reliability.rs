@@ -208,21 +208,13 @@ fn a_lost_mapped_write_is_reported_by_every_fsync_and_close() {
         f.set_len(len as u64).unwrap(); // a hole: writing it needs new space
         let other = open_rw(&fs.p("mapped"));
         disk.fill(8 * 1024);
+        let p = map_shared(&f, len, libc::PROT_READ | libc::PROT_WRITE);
         // SAFETY: a shared mapping of `len` bytes of an open file of that size, written within
         // bounds and unmapped before the file is closed.
         unsafe {
-            let p = libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                f.as_raw_fd(),
-                0,
-            );
-            assert_ne!(p, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
-            std::ptr::write_bytes(p.cast::<u8>(), 0x77, len);
-            let _ = libc::msync(p, len, libc::MS_SYNC);
-            libc::munmap(p, len);
+            std::ptr::write_bytes(p, 0x77, len);
+            let _ = libc::msync(p.cast(), len, libc::MS_SYNC);
+            libc::munmap(p.cast(), len);
         }
         for i in 0..3 {
             let r = fsync(&f);

@@ -250,6 +250,25 @@ pub fn check(rc: libc::c_int) -> io::Result<()> {
     }
 }
 
+/// A new shared mapping of the first `len` bytes of `f` with protection `prot` (panics if
+/// the kernel refuses it). Using it, and unmapping it, is the caller's (unsafe) part.
+pub fn map_shared(f: &std::fs::File, len: usize, prot: libc::c_int) -> *mut u8 {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a new mapping at an address the kernel chooses replaces nothing of ours.
+    let m = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            prot,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(m, libc::MAP_FAILED, "{}", io::Error::last_os_error());
+    m.cast()
+}
+
 /// Every name `readdir(3)` returns for `dir`, `.` and `..` included, sorted.
 pub fn raw_names(dir: &Path) -> Vec<Vec<u8>> {
     let c = cpath(dir);
