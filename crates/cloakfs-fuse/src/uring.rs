@@ -1,13 +1,17 @@
 //! FUSE over io_uring (the kernel's Documentation/filesystems/fuse-io-uring.rst, Linux 6.14+):
 //! requests and replies pass through per-CPU queues of ring entries instead of a read(2) and
-//! a writev(2) of /dev/fuse each, and a request is served on the CPU that issued it.
+//! a writev(2) of /dev/fuse each.
 //!
 //! Each serving thread owns one io_uring and one ring entry (a header buffer and a payload
-//! buffer the kernel writes requests into and reads replies from) registered on the queue of
-//! its CPU (`FUSE_IO_URING_CMD_REGISTER`). The kernel completes the command when it puts a
-//! request in the entry; the thread serves it through fuser's request handling and hands the
-//! reply back with the next request's fetch in one `io_uring_enter`
-//! (`FUSE_IO_URING_CMD_COMMIT_AND_FETCH`). The kernel starts using the rings once every
+//! buffer the kernel writes requests into and reads replies from) registered on one queue
+//! (`FUSE_IO_URING_CMD_REGISTER`). The kernel puts a request on the queue of the CPU that
+//! issued it, background requests (RELEASE) too, but the threads are not pinned to their
+//! queue's CPU: pinned, a RELEASE was served on the application's CPU before its next request
+//! while the other CPU idled (docs/PERFORMANCE.md, What the mount does).
+//!
+//! The kernel completes the command when it puts a request in the entry; the thread serves it
+//! through fuser's request handling and hands the reply back with the next request's fetch in
+//! one `io_uring_enter` (`FUSE_IO_URING_CMD_COMMIT_AND_FETCH`). The kernel starts using the rings once every
 //! queue has an entry; until then, and for FORGET and INTERRUPT always, requests come through
 //! /dev/fuse, whose workers keep running. At unmount the kernel ends every pending command
 //! with ENOTCONN, which ends the threads.
@@ -137,7 +141,6 @@ fn serve_entry<FS: Filesystem>(
     registered: mpsc::Sender<io::Result<()>>,
 ) -> io::Result<()> {
     let setup = (|| {
-        pin_to_cpu(qid as usize);
         let ring: IoUring<squeue::Entry128, cqueue::Entry> = IoUring::builder().build(2)?;
         let entry = Arc::new(RingEntry::new(payload_size)?);
         Ok::<_, io::Error>((ring, entry))
@@ -213,16 +216,6 @@ fn serve_entry<FS: Filesystem>(
         in_flight = commit_sqe(dev, qid, commit_id);
         // SAFETY: as for the registration: the entry's buffers outlive the command.
         unsafe { ring.submission().push(&in_flight) }.map_err(io::Error::other)?;
-    }
-}
-
-/// Runs the thread on the CPU whose queue it serves, as the kernel intends (requests are
-/// queued by the CPU that issued them). A failure only costs locality.
-fn pin_to_cpu(cpu: usize) {
-    let mut set = rustix::thread::CpuSet::new();
-    if cpu < rustix::thread::CpuSet::MAX_CPU {
-        set.set(cpu);
-        let _ = rustix::thread::sched_setaffinity(None, &set);
     }
 }
 
