@@ -376,8 +376,9 @@ impl Inode {
     /// released, or a capability is set through this mount, the file is known to have no
     /// `security.capability`, which the kernel asks for before the first write after every
     /// CREATE: the answer needs no system call. A capability set on the backing file
-    /// directly meanwhile shows once the handle is closed (no exec can read it before: the
-    /// file is open for writing), and the backing write drops it anyway.
+    /// directly meanwhile shows once the handle's RELEASE is served, which close(2) does not
+    /// wait for (no exec can read it before: the file is open for writing), and the backing
+    /// write drops it anyway.
     ///
     /// With `uncached`, the handle bypasses the page cache (FOPEN_DIRECT_IO), and so does
     /// every handle opened while one that does is open. The kernel then does not ask for

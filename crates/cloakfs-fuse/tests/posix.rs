@@ -988,6 +988,7 @@ fn a_new_files_capability_is_known_absent_while_its_creator_has_it_open() {
     let g = File::create(fs.p("g")).unwrap();
     setxattr(&fs.backing("g"), CAP, &caps, 0).unwrap();
     drop(g);
+    wait_released(&fs.backing("g"));
     assert_eq!(getxattr(&fs.p("g"), CAP, true).unwrap(), caps);
 
     // "h" is looked up (the kernel keeps the negative entry), then made in the cipher
@@ -1081,6 +1082,7 @@ fn a_new_files_handles_bypass_the_page_cache_while_its_creator_has_it_open() {
     }
     drop(reader);
     drop(f);
+    wait_released(&fs.backing("new"));
     // Only ever written and read directly: not in the cache. A read through a new handle,
     // after the creator closed, brings it in.
     let g = File::open(&p).unwrap();

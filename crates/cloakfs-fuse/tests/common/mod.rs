@@ -269,6 +269,45 @@ pub fn map_shared(f: &std::fs::File, len: usize, prot: libc::c_int) -> *mut u8 {
     m.cast()
 }
 
+/// Waits until the mount, served in this process, has released every handle that could write
+/// to `backing` (the cipher-directory file of a plaintext file). close(2) returns before the
+/// kernel's RELEASE is served, and the serving threads take requests in no fixed order, so a
+/// test that asserts what holds once a file is closed waits for this first. The daemon closes
+/// a node's read-write descriptor after the release of its last handle, which is how it shows.
+pub fn wait_released(backing: &Path) {
+    let target = backing.canonicalize().expect("backing file");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while writable_descriptors(&target) > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} still open for writing a minute after its close",
+            target.display()
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// This process's descriptors of `target` opened for writing.
+fn writable_descriptors(target: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| std::fs::read_link(e.path()).is_ok_and(|l| l == target))
+        .filter(|e| {
+            // A descriptor closed meanwhile has no fdinfo: not a writer.
+            let info = std::fs::read_to_string(Path::new("/proc/self/fdinfo").join(e.file_name()));
+            info.ok()
+                .and_then(|i| {
+                    let flags = i.lines().find_map(|l| l.strip_prefix("flags:"))?;
+                    i64::from_str_radix(flags.trim(), 8).ok()
+                })
+                .is_some_and(|f| f & i64::from(libc::O_ACCMODE) != i64::from(libc::O_RDONLY))
+        })
+        .count()
+}
+
 /// Every name `readdir(3)` returns for `dir`, `.` and `..` included, sorted.
 pub fn raw_names(dir: &Path) -> Vec<Vec<u8>> {
     let c = cpath(dir);
