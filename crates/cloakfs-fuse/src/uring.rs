@@ -11,10 +11,10 @@
 //!
 //! The kernel completes the command when it puts a request in the entry; the thread serves it
 //! through fuser's request handling and hands the reply back with the next request's fetch in
-//! one `io_uring_enter` (`FUSE_IO_URING_CMD_COMMIT_AND_FETCH`). The kernel starts using the rings once every
-//! queue has an entry; until then, and for FORGET and INTERRUPT always, requests come through
-//! /dev/fuse, whose workers keep running. At unmount the kernel ends every pending command
-//! with ENOTCONN, which ends the threads.
+//! one `io_uring_enter` (`FUSE_IO_URING_CMD_COMMIT_AND_FETCH`). The kernel starts using the
+//! rings once every queue has an entry; until then, and for FORGET and INTERRUPT always,
+//! requests come through /dev/fuse, whose workers keep running. At unmount the kernel ends
+//! every pending command with ENOTCONN, which ends the threads.
 
 use fuser::{Dispatcher, Filesystem, ReplyTransport};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};

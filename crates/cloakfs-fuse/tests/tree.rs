@@ -6,7 +6,7 @@ mod common;
 use cloakfs_fuse::{
     mount_tree, Access, AttachId, AttachSpec, Caller, Gate, MountOptions, Need, TreeHandle, Verdict,
 };
-use common::{create_volume, errno, is_root, names, spawn, unlock};
+use common::{create_volume, errno, eventually, is_root, names, spawn, unlock};
 use std::collections::HashMap;
 use std::fs;
 use std::io::{self, BufRead, BufReader, Write};
@@ -15,7 +15,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 
 const ALICE: &str = "cloakfs-t-alice";
 const BOB: &str = "cloakfs-t-bob";
@@ -232,15 +231,6 @@ impl Drop for Tree {
 #[track_caller]
 fn err_of<T: std::fmt::Debug>(r: io::Result<T>) -> i32 {
     errno(&r.expect_err("expected an error"))
-}
-
-/// Polls `cond` until it holds or 10 s pass.
-fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        std::thread::yield_now();
-    }
 }
 
 macro_rules! needs_root {

@@ -269,6 +269,18 @@ pub fn map_shared(f: &std::fs::File, len: usize, prot: libc::c_int) -> *mut u8 {
     m.cast()
 }
 
+/// Polls `cond` until it holds or 10 s pass.
+pub fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
+        std::thread::yield_now();
+    }
+}
+
 /// Waits until the mount, served in this process, has released every handle that could write
 /// to `backing` (the cipher-directory file of a plaintext file). close(2) returns before the
 /// kernel's RELEASE is served, and the serving threads take requests in no fixed order, so a
@@ -276,15 +288,9 @@ pub fn map_shared(f: &std::fs::File, len: usize, prot: libc::c_int) -> *mut u8 {
 /// a node's read-write descriptor after the release of its last handle, which is how it shows.
 pub fn wait_released(backing: &Path) {
     let target = backing.canonicalize().expect("backing file");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while writable_descriptors(&target) > 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{} still open for writing a minute after its close",
-            target.display()
-        );
-        std::thread::yield_now();
-    }
+    eventually(&format!("the release of {}", target.display()), || {
+        writable_descriptors(&target) == 0
+    });
 }
 
 /// This process's descriptors of `target` opened for writing.
