@@ -12,8 +12,8 @@ use std::cell::RefCell;
 use std::ffi::OsStr;
 
 thread_local! {
-    /// A read's sealed blocks, opened in place and sent from there; reused by every read
-    /// on this worker thread.
+    /// A read's blocks, opened in place and sent from there when the reply cannot be built
+    /// in its ring entry (/dev/fuse); reused by every read on this worker thread.
     static READ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -309,11 +309,31 @@ impl CloakFs {
             Ok(i) => i,
             Err(e) => return reply.error(e),
         };
-        READ_BUF.with_borrow_mut(|buf| {
-            match self.with_file(&inode, false, |f| f.read_into(offset, size as usize, buf)) {
-                Ok(got) => reply.data(&buf[got]),
-                Err(e) => reply.error(e),
-            }
+        let size = size as usize;
+        READ_BUF.with_borrow_mut(|scratch| {
+            crate::uring::with_reply_buffer(|ring| {
+                let read = self.with_file(&inode, false, |f| {
+                    let room = f.read_room(size);
+                    match ring {
+                        // Built where the ring sends it from: no copy of the reply.
+                        Some(buf) if buf.len() >= room => {
+                            let got = f.read_to(offset, size, buf)?;
+                            if got.start > 0 {
+                                buf.copy_within(got.clone(), 0);
+                            }
+                            Ok((buf, 0..got.len()))
+                        }
+                        _ => {
+                            let got = f.read_into(offset, size, scratch)?;
+                            Ok((scratch.as_mut_slice(), got))
+                        }
+                    }
+                });
+                match read {
+                    Ok((buf, got)) => reply.data(&buf[got]),
+                    Err(e) => reply.error(e),
+                }
+            })
         });
     }
 

@@ -51,6 +51,7 @@ pub use tree::{
     mount_tree, Access, AttachId, AttachSpec, Caller, Gate, MountedTree, Need, TreeHandle, Verdict,
 };
 
+use cloakfs_core::format::layout::Layout;
 use cloakfs_core::Volume;
 use fuser::{MountOption, SessionACL};
 use std::io;
@@ -263,6 +264,7 @@ pub fn mount(
     opts: &MountOptions,
 ) -> io::Result<Mounted> {
     sys::raise_nofile_limit();
+    let volume_layout = volume.content().layout();
     let notifier = std::sync::Arc::new(std::sync::OnceLock::new());
     let mut fs = fs::CloakFs::new(
         volume,
@@ -279,7 +281,7 @@ pub fn mount(
     let _ = notifier.set(session.notifier());
     Ok(Mounted {
         session,
-        transport: Transport::choose(opts.threads),
+        transport: Transport::choose(opts.threads, volume_layout),
         mountpoint: mountpoint.to_path_buf(),
     })
 }
@@ -422,7 +424,7 @@ pub(crate) enum Transport {
 
 impl Transport {
     /// The transport for a mount whose handshake just ran on this thread.
-    fn choose(threads: usize) -> Self {
+    fn choose(threads: usize, layout: Layout) -> Self {
         match ops::take_uring_outcome() {
             ops::UringOutcome::TurnedOff => {
                 Transport::DevFuse("io_uring turned off: --no-io-uring".into())
@@ -442,9 +444,12 @@ impl Transport {
                     .and_then(|s| s.trim().parse::<usize>().ok())
                     .unwrap_or(256)
                     .min(ops::MAX_WRITE as usize / 4096);
+                let payload_size = (ops::MAX_WRITE as usize).max(max_pages * 4096);
                 Transport::IoUring(uring::UringPlan {
                     threads,
-                    payload_size: (ops::MAX_WRITE as usize).max(max_pages * 4096),
+                    payload_size,
+                    // A read fills the sealed blocks around the range it returns.
+                    read_slack: layout.read_room(payload_size) - payload_size,
                 })
             }
         }

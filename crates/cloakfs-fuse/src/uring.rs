@@ -15,10 +15,15 @@
 //! rings once every queue has an entry; until then, and for FORGET and INTERRUPT always,
 //! requests come through /dev/fuse, whose workers keep running. At unmount the kernel ends
 //! every pending command with ENOTCONN, which ends the threads.
+//!
+//! A reply's payload has to be in the entry's payload buffer when the command commits. While
+//! a request without payload (a READ) is served, that buffer is free: a READ builds its reply
+//! there ([`with_reply_buffer`]), and `send` then has nothing to copy.
 
 use fuser::{Dispatcher, Filesystem, ReplyTransport};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use std::alloc::Layout;
+use std::cell::Cell;
 use std::io::{self, IoSlice};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::mpsc;
@@ -56,6 +61,30 @@ pub(crate) struct UringPlan {
     /// The largest request or reply payload (max_write, at least the kernel's
     /// `max_pages` times the page size).
     pub(crate) payload_size: usize,
+    /// Bytes past `payload_size` a READ may need to build its reply in the payload buffer
+    /// (the whole blocks around the range read).
+    pub(crate) read_slack: usize,
+}
+
+thread_local! {
+    /// While a serving thread dispatches a request without payload: its entry's payload
+    /// buffer, with the read slack past it.
+    static REPLY_BUFFER: Cell<Option<(*mut u8, usize)>> = const { Cell::new(None) };
+}
+
+/// Runs `f` with the buffer the current request's reply goes out from, if there is one: on a
+/// FUSE over io_uring serving thread, while it serves a request without payload. A reply
+/// whose payload is a slice at the start of this buffer is sent without a copy.
+pub(crate) fn with_reply_buffer<T>(f: impl FnOnce(Option<&mut [u8]>) -> T) -> T {
+    // Taken for the call, so that a nested call cannot make a second reference to it.
+    let buffer = REPLY_BUFFER.take();
+    // SAFETY: set by `RingEntry::serve` to the entry's payload buffer and slack, which lie in
+    // its allocation; while it is set, the kernel does not touch the buffer (it wrote the
+    // request before completing the command and reads the reply after the commit) and the
+    // request fuser parses lies before it.
+    let r = f(buffer.map(|(ptr, len)| unsafe { std::slice::from_raw_parts_mut(ptr, len) }));
+    REPLY_BUFFER.set(buffer);
+    r
 }
 
 /// A serving thread; it ends when the connection does.
@@ -110,10 +139,10 @@ pub(crate) fn start<FS: Filesystem + 'static>(
         for i in 0..per_queue {
             let dispatcher = dispatcher.clone();
             let report = tx.clone();
-            let payload_size = plan.payload_size;
+            let sizes = (plan.payload_size, plan.read_slack);
             let spawned = std::thread::Builder::new()
                 .name(format!("fuse-ring-{qid}.{i}"))
-                .spawn(move || serve_entry(dispatcher, qid as u16, payload_size, report));
+                .spawn(move || serve_entry(dispatcher, qid as u16, sizes, report));
             match spawned {
                 Ok(t) => threads.push(t),
                 Err(e) => {
@@ -137,12 +166,12 @@ pub(crate) fn start<FS: Filesystem + 'static>(
 fn serve_entry<FS: Filesystem>(
     dispatcher: Dispatcher<FS>,
     qid: u16,
-    payload_size: usize,
+    (payload_size, read_slack): (usize, usize),
     registered: mpsc::Sender<io::Result<()>>,
 ) -> io::Result<()> {
     let setup = (|| {
         let ring: IoUring<squeue::Entry128, cqueue::Entry> = IoUring::builder().build(2)?;
-        let entry = Arc::new(RingEntry::new(payload_size)?);
+        let entry = Arc::new(RingEntry::new(payload_size, read_slack)?);
         Ok::<_, io::Error>((ring, entry))
     })();
     let (mut ring, entry) = match setup {
@@ -248,14 +277,15 @@ fn cmd_req(qid: u16, commit_id: u64) -> [u8; 80] {
     cmd
 }
 
-/// One ring entry's memory: the request header area at 0, the payload at PAYLOAD_OFFSET.
-/// The kernel writes a request there before completing the command and reads the reply
+/// One ring entry's memory: the request header area at 0, the payload at PAYLOAD_OFFSET,
+/// then the read slack (not registered with the kernel). The kernel writes a request there before completing the command and reads the reply
 /// after the commit; in between, the serving thread and the reply's sender use it.
 #[derive(Debug)]
 struct RingEntry {
     base: *mut u8,
     layout: Layout,
     payload_size: usize,
+    read_slack: usize,
     reply: Mutex<ReplyState>,
     replied: Condvar,
 }
@@ -283,8 +313,8 @@ struct ReplyState {
 }
 
 impl RingEntry {
-    fn new(payload_size: usize) -> io::Result<Self> {
-        let layout = Layout::from_size_align(PAYLOAD_OFFSET + payload_size, 4096)
+    fn new(payload_size: usize, read_slack: usize) -> io::Result<Self> {
+        let layout = Layout::from_size_align(PAYLOAD_OFFSET + payload_size + read_slack, 4096)
             .map_err(io::Error::other)?;
         // SAFETY: the layout has a non-zero size.
         let base = unsafe { std::alloc::alloc_zeroed(layout) };
@@ -295,6 +325,7 @@ impl RingEntry {
             base,
             layout,
             payload_size,
+            read_slack,
             reply: Mutex::new(ReplyState::default()),
             replied: Condvar::new(),
         })
@@ -363,7 +394,14 @@ impl RingEntry {
         // written, by `send`.
         let request = unsafe { std::slice::from_raw_parts(self.base.add(start), total) };
         let transport: Arc<dyn ReplyTransport> = self.clone();
-        if !dispatcher.dispatch(request, transport) {
+        if payload_len == 0 {
+            // SAFETY: the payload buffer and the slack lie in the allocation.
+            let buffer = unsafe { self.base.add(PAYLOAD_OFFSET) };
+            REPLY_BUFFER.set(Some((buffer, self.payload_size + self.read_slack)));
+        }
+        let parsed = dispatcher.dispatch(request, transport);
+        REPLY_BUFFER.set(None);
+        if !parsed {
             self.set_error(unique, libc::EIO);
             return Ok(commit_id);
         }
@@ -438,15 +476,15 @@ impl ReplyTransport for RingEntry {
                     src = &src[n..];
                 } else if state.direct {
                     let off = at - OUT_HEADER_SIZE;
-                    // SAFETY: off + len <= payload_size (checked above); the request has no
-                    // payload, so no reference covers the payload buffer.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            src.as_ptr(),
-                            self.base.add(PAYLOAD_OFFSET + off),
-                            src.len(),
-                        )
-                    };
+                    // SAFETY: off + len <= payload_size (checked above).
+                    let to = unsafe { self.base.add(PAYLOAD_OFFSET + off) };
+                    if !std::ptr::eq(src.as_ptr(), to) {
+                        // SAFETY: the request has no payload, so no reference covers the
+                        // payload buffer but a slice of it from `with_reply_buffer`, which
+                        // replies from its start (not copied, above); `copy` allows overlap
+                        // all the same.
+                        unsafe { std::ptr::copy(src.as_ptr(), to, src.len()) };
+                    }
                     at += src.len();
                     src = &[];
                 } else {

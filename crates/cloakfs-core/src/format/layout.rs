@@ -117,6 +117,12 @@ impl Layout {
         }
     }
 
+    /// Backing bytes of the blocks around any `len` plaintext bytes: at most one block more
+    /// than `len` fills, each with its overhead.
+    pub const fn read_room(&self, len: usize) -> usize {
+        (len.div_ceil(self.block as usize) + 1) * self.cipher_block_size() as usize
+    }
+
     /// Backing length of a file of `size` plaintext bytes.
     pub fn cipher_size(&self, size: u64) -> u64 {
         if size == 0 {

@@ -355,18 +355,39 @@ impl ContentFile {
 
     /// Reads up to `buf.len()` plaintext bytes at `off`; returns the count (0 at end of file).
     pub fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<usize> {
-        SEALED.with_borrow_mut(|sealed| {
-            let got = self.read_into(off, buf.len(), sealed)?;
-            buf[..got.len()].copy_from_slice(&sealed[got.clone()]);
+        SEALED.with_borrow_mut(|scratch| {
+            let got = self.read_into(off, buf.len(), scratch)?;
+            buf[..got.len()].copy_from_slice(&scratch[got.clone()]);
             Ok(got.len())
         })
     }
 
-    /// Reads up to `len` plaintext bytes at `off` into `buf` and returns where in `buf` they
-    /// are (an empty range at end of file). The sealed blocks holding them are read into `buf`
-    /// (resized to fit) and opened there: one buffer, and no copy of the plaintext.
+    /// Room [`Self::read_to`] needs for a read of up to `len` bytes (see [`Layout::read_room`]).
+    pub fn read_room(&self, len: usize) -> usize {
+        self.layout().read_room(len)
+    }
+
+    /// [`Self::read_to`] into `buf`, grown to [`Self::read_room`] if shorter.
     pub fn read_into(&self, off: u64, len: usize, buf: &mut Vec<u8>) -> Result<Range<usize>> {
-        let read = self.read_in(&*self.loaded_state()?, off, len, buf);
+        let room = self.read_room(len);
+        if buf.len() < room {
+            buf.resize(room, 0);
+        }
+        self.read_to(off, len, buf)
+    }
+
+    /// Reads up to `len` plaintext bytes at `off` into `out` (at least [`Self::read_room`]
+    /// bytes) and returns where in `out` they are (an empty range at end of file). The sealed
+    /// blocks holding them are read into `out` and opened there, each block's plaintext moving
+    /// left over the sealed bytes of the ones before it: one buffer, and no copy.
+    pub fn read_to(&self, off: u64, len: usize, out: &mut [u8]) -> Result<Range<usize>> {
+        if out.len() < self.read_room(len) {
+            return Err(Error::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "read buffer smaller than the blocks it must hold",
+            )));
+        }
+        let read = self.read_in(&*self.loaded_state()?, off, len, out);
         let (got, c_start, c_end) = match read {
             Err(Error::Tampered(_)) if self.sharing.is_shared() => {
                 // Another client may have rewritten the file meanwhile: read again while no
@@ -379,7 +400,7 @@ impl ContentFile {
                         let mut st = self.write_state();
                         let _quiet = self.quiet()?;
                         self.reload(&mut st)?;
-                        self.read_in(&st, off, len, buf)
+                        self.read_in(&st, off, len, out)
                     };
                     match again {
                         Err(Error::Tampered(_)) if attempt < TORN_READ_RETRIES => {
@@ -406,13 +427,13 @@ impl ContentFile {
         Ok(got)
     }
 
-    /// [`Self::read_into`] under `st`; also returns the backing range read.
+    /// [`Self::read_to`] under `st`; also returns the backing range read.
     fn read_in(
         &self,
         st: &State,
         off: u64,
         len: usize,
-        buf: &mut Vec<u8>,
+        out: &mut [u8],
     ) -> Result<(Range<usize>, u64, u64)> {
         if off >= st.size || len == 0 {
             return Ok((0..0, 0, 0));
@@ -428,15 +449,15 @@ impl ContentFile {
         let c_end = layout
             .cipher_offset(span.first + span.count)
             .min(layout.cipher_size(st.size));
-        buf.resize((c_end - c_start) as usize, 0);
-        self.file.read_exact_at(buf, c_start).map_err(|e| {
+        let sealed = &mut out[..(c_end - c_start) as usize];
+        self.file.read_exact_at(sealed, c_start).map_err(|e| {
             if e.kind() == std::io::ErrorKind::UnexpectedEof {
                 tampered("backing file shorter than its blocks".into())
             } else {
                 e.into()
             }
         })?;
-        open_run(cipher, layout, span.first, buf)?;
+        open_run(cipher, layout, span.first, sealed)?;
         let start = (off - layout.plain_offset(span.first)) as usize;
         Ok((start..start + len, c_start, c_end))
     }
