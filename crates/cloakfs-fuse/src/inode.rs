@@ -361,11 +361,17 @@ impl Inode {
 
     /// Registers open handle `fh` (after a successful open or create); returns whether it
     /// must bypass the page cache, as every handle must while one that does is open (see
-    /// [`Inode::created`]).
-    pub(crate) fn opened(&self, fh: u64) -> bool {
+    /// [`Inode::created`]). With `uncached` (an O_APPEND open), it bypasses it also when it
+    /// is the file's only open handle: the kernel refreshes a file's attributes before an
+    /// append after a write (`lseek(SEEK_END)` too), which makes it ask for
+    /// `security.capability` before the next cached write, one round trip per append that a
+    /// direct write does not make. Pages cached before stay right: a direct write drops the
+    /// pages it writes before it writes them, and no other handle is open to read one back
+    /// meanwhile (handles opened while this one is open are uncached as well).
+    pub(crate) fn opened(&self, fh: u64, uncached: bool) -> bool {
         let mut st = self.state();
+        let uncached = !st.uncached.is_empty() || (uncached && st.handles.is_empty());
         st.handles.insert(fh);
-        let uncached = !st.uncached.is_empty();
         if uncached {
             st.uncached.insert(fh);
         }
@@ -384,14 +390,14 @@ impl Inode {
     /// every handle opened while one that does is open. The kernel then does not ask for
     /// the capability at all: its direct writes leave dropping privileges to us
     /// (FUSE_WRITE_KILL_SUIDGID, and the backing write drops a capability), one round trip
-    /// less per created file. Only handles on a new file, so nothing can have cached its
-    /// pages; and all of the file's handles alike, since a cached reader could otherwise
-    /// keep a page it read while a direct write was under way (the kernel drops the written
-    /// pages before the write, not after). Once the last such handle closes, opens cache
-    /// again; the pages a direct write dropped are read again from us. Returns whether the
-    /// handle is uncached: not if another handle was registered first (a process that
-    /// looked the new name up and opened it before this CREATE's reply), since that one
-    /// caches.
+    /// less per created file. A new file has no cached pages (an appending handle alone on
+    /// an older one may be uncached too: [`Inode::opened`]); all of the file's handles are
+    /// alike, since a cached reader could otherwise keep a page it read while a direct write
+    /// was under way (the kernel drops the written pages before the write, not after). Once
+    /// the last such handle closes, opens cache again; the pages a direct write dropped are
+    /// read again from us. Returns whether the handle is uncached: not if another handle was
+    /// registered first (a process that looked the new name up and opened it before this
+    /// CREATE's reply), since that one caches.
     pub(crate) fn created(&self, fh: u64, uncached: bool) -> bool {
         let mut st = self.state();
         let uncached = uncached && st.handles.is_empty();
@@ -727,21 +733,37 @@ mod tests {
         let node = file_node();
         assert!(node.created(1, true));
         assert!(
-            node.opened(2),
+            node.opened(2, false),
             "opened while the creator's uncached handle is open"
         );
         node.closed(1);
-        assert!(node.opened(3), "handle 2 is still uncached");
+        assert!(node.opened(3, false), "handle 2 is still uncached");
         node.closed(2);
         node.closed(3);
-        assert!(!node.opened(4), "all uncached handles closed");
+        assert!(!node.opened(4, false), "all uncached handles closed");
 
         // A process opened the new name before the CREATE's reply registered its handle.
         let raced = file_node();
-        assert!(!raced.opened(1));
+        assert!(!raced.opened(1, false));
         assert!(!raced.created(2, true), "a cached handle came first");
-        assert!(!raced.opened(3));
+        assert!(!raced.opened(3, false));
 
         assert!(!file_node().created(1, false));
+    }
+
+    /// An appending handle is uncached only when it is alone on the file, and handles opened
+    /// while it is open follow it.
+    #[test]
+    fn an_appending_handle_alone_on_its_file_is_uncached() {
+        let node = file_node();
+        assert!(node.opened(1, true), "alone");
+        assert!(
+            node.opened(2, false),
+            "opened while an uncached handle is open"
+        );
+        node.closed(1);
+        node.closed(2);
+        assert!(!node.opened(3, false));
+        assert!(!node.opened(4, true), "a cached handle is open");
     }
 }

@@ -353,7 +353,12 @@ impl Filesystem for CloakFs {
         match self.do_open(req, ino, fh, flags.0) {
             Ok(()) => {
                 let inode = self.node(ino).ok();
-                let uncached = inode.as_ref().is_some_and(|i| i.opened(fh));
+                // An appending handle alone on its file bypasses the page cache (see
+                // `Inode::opened`): its writes then need no GETXATTR.
+                let append = flags.0 & libc::O_APPEND != 0 && self.uncached_creates;
+                let uncached = inode
+                    .as_ref()
+                    .is_some_and(|i| i.opened(fh, append && !i.is_plain()));
                 // A handle that cannot write has nothing to report at close: no FLUSH for it
                 // (the writeback cache flushes every handle regardless), unless its close must
                 // drop locks held on the shared store.
@@ -722,7 +727,7 @@ impl Filesystem for CloakFs {
                     Ok(inode) if made && !self.coherence.sharing.is_shared() => {
                         inode.created(fh, self.uncached_creates && !inode.is_plain())
                     }
-                    Ok(inode) => inode.opened(fh),
+                    Ok(inode) => inode.opened(fh, false),
                     Err(_) => false,
                 };
                 let mut fopen = self.coherence.open_flags();

@@ -1020,6 +1020,33 @@ fn a_new_files_capability_is_known_absent_while_its_creator_has_it_open() {
     assert_eq!(errno(&e), libc::EEXIST);
 }
 
+/// An append to a file with a capability drops it, as any write does: an appending handle
+/// alone on its file writes around the page cache (the kernel does not ask for the capability
+/// then, the backing write drops it), one opened beside a cached handle through the cache
+/// (the kernel asks, and removes it through the mount). Both append at the end.
+#[test]
+fn an_append_drops_a_files_capability_cached_or_not() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    const CAP: &str = "security.capability";
+    let fs = TestFs::new();
+    let caps = net_raw_capability();
+    for (name, beside) in [("alone", false), ("beside", true)] {
+        fs::write(fs.p(name), b"one\n").unwrap();
+        setxattr(&fs.p(name), CAP, &caps, 0).unwrap();
+        let reader = beside.then(|| File::open(fs.p(name)).unwrap());
+        let mut f = OpenOptions::new().append(true).open(fs.p(name)).unwrap();
+        f.write_all(b"two\n").unwrap();
+        drop(f);
+        drop(reader);
+        let e = getxattr(&fs.p(name), CAP, true).unwrap_err();
+        assert_eq!(errno(&e), libc::ENODATA, "{name}");
+        assert_eq!(fs::read(fs.p(name)).unwrap(), b"one\ntwo\n", "{name}");
+    }
+}
+
 #[test]
 fn mmap_shared_writable() {
     let mut fs = TestFs::new();
