@@ -186,17 +186,6 @@ fn run_against_reference(seed: u64, mount_file: &File, plain: &File, ops: usize)
     }
 }
 
-fn read_full(f: &File, buf: &mut [u8], off: u64) -> usize {
-    let mut n = 0;
-    while n < buf.len() {
-        match f.read_at(&mut buf[n..], off + n as u64).unwrap() {
-            0 => break,
-            k => n += k,
-        }
-    }
-    n
-}
-
 #[test]
 fn random_operations_match_plain_reference_file() {
     let mut fs = TestFs::new();

@@ -317,18 +317,6 @@ fn uses_dev_fuse_when_the_process_may_not_set_up_a_ring() {
     fs.unmount();
 }
 
-/// Reads `buf.len()` bytes at `off`, fewer only at the end of the file; returns the count.
-fn read_full_at(f: &fs::File, buf: &mut [u8], off: u64) -> usize {
-    let mut n = 0;
-    while n < buf.len() {
-        match f.read_at(&mut buf[n..], off + n as u64).unwrap() {
-            0 => break,
-            got => n += got,
-        }
-    }
-    n
-}
-
 /// A READ is answered from its ring entry's buffer, where the blocks around the range are read
 /// and opened (the reply is not copied). With blocks larger than a page, the kernel's reads
 /// start inside a block, and direct reads start anywhere and take up to 1 MiB: the entry's
@@ -375,14 +363,14 @@ fn reads_answered_from_the_ring_entry_are_right_at_any_offset() {
         ];
         for (off, n) in ranges {
             let mut buf = vec![0u8; n];
-            let got = read_full_at(&f, &mut buf, off as u64);
+            let got = read_full(&f, &mut buf, off as u64);
             let want = &data[off.min(len)..(off + n).min(len)];
             assert!(&buf[..got] == want, "{n} bytes at {off}");
         }
         // Through the page cache: page-sized reads inside the blocks, and readahead.
         let f = fs::File::open(fs.p("f")).unwrap();
         let mut page = [0u8; 10];
-        assert_eq!(read_full_at(&f, &mut page, 70_000), 10);
+        assert_eq!(read_full(&f, &mut page, 70_000), 10);
         assert_eq!(page, data[70_000..70_010]);
         assert!(fs::read(fs.p("f")).unwrap() == data);
     });

@@ -269,6 +269,19 @@ pub fn map_shared(f: &std::fs::File, len: usize, prot: libc::c_int) -> *mut u8 {
     m.cast()
 }
 
+/// Reads `buf.len()` bytes at `off`, fewer only at the end of the file; returns the count.
+pub fn read_full(f: &std::fs::File, buf: &mut [u8], off: u64) -> usize {
+    use std::os::unix::fs::FileExt;
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read_at(&mut buf[n..], off + n as u64).unwrap() {
+            0 => break,
+            k => n += k,
+        }
+    }
+    n
+}
+
 /// Polls `cond` until it holds or 10 s pass.
 pub fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
