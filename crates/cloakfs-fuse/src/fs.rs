@@ -56,9 +56,10 @@ pub(crate) struct CloakFs {
     pub(crate) writeback_cache: bool,
     /// Ask for FUSE over io_uring in the handshake if the kernel offers it.
     pub(crate) io_uring: bool,
-    /// Whether the handle a CREATE opens bypasses the page cache (see `Inode::created`): set
-    /// at the handshake when the kernel lets such handles be mapped shared.
-    pub(crate) uncached_creates: bool,
+    /// Whether the handle a CREATE opens, and an appending handle alone on its file, bypass
+    /// the page cache (see `Inode::created` and `Inode::opened`): set at the handshake when
+    /// the kernel lets such handles be mapped shared.
+    pub(crate) uncached_writers: bool,
     /// Whether other machines share the cipher directory, and what that needs.
     pub(crate) coherence: Coherence,
     /// Open plaintext files of an adopted tree.
@@ -145,7 +146,7 @@ impl CloakFs {
             syncer: Syncer::new(),
             writeback_cache: false,
             io_uring: false,
-            uncached_creates: false,
+            uncached_writers: false,
             plain: Default::default(),
         })
     }

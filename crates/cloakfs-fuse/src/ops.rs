@@ -189,7 +189,7 @@ impl Filesystem for CloakFs {
             self.coherence.capabilities(),
             self.coherence.not_wanted(),
         );
-        self.uncached_creates = !writeback
+        self.uncached_writers = !writeback
             && !self.coherence.sharing.is_shared()
             && config
                 .capabilities()
@@ -355,7 +355,7 @@ impl Filesystem for CloakFs {
                 let inode = self.node(ino).ok();
                 // An appending handle alone on its file bypasses the page cache (see
                 // `Inode::opened`): its writes then need no GETXATTR.
-                let append = flags.0 & libc::O_APPEND != 0 && self.uncached_creates;
+                let append = flags.0 & libc::O_APPEND != 0 && self.uncached_writers;
                 let uncached = inode
                     .as_ref()
                     .is_some_and(|i| i.opened(fh, append && !i.is_plain()));
@@ -725,7 +725,7 @@ impl Filesystem for CloakFs {
                 let fh = self.new_fh();
                 let uncached = match self.node(attr.ino) {
                     Ok(inode) if made && !self.coherence.sharing.is_shared() => {
-                        inode.created(fh, self.uncached_creates && !inode.is_plain())
+                        inode.created(fh, self.uncached_writers && !inode.is_plain())
                     }
                     Ok(inode) => inode.opened(fh, false),
                     Err(_) => false,

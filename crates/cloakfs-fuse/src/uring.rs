@@ -278,8 +278,9 @@ fn cmd_req(qid: u16, commit_id: u64) -> [u8; 80] {
 }
 
 /// One ring entry's memory: the request header area at 0, the payload at PAYLOAD_OFFSET,
-/// then the read slack (not registered with the kernel). The kernel writes a request there before completing the command and reads the reply
-/// after the commit; in between, the serving thread and the reply's sender use it.
+/// then the read slack (not registered with the kernel). The kernel writes a request there
+/// before completing the command and reads the reply after the commit; in between, the
+/// serving thread and the reply's sender use it.
 #[derive(Debug)]
 struct RingEntry {
     base: *mut u8,

@@ -235,19 +235,10 @@ fn tampered_name_is_neither_listed_nor_served() {
 /// FORMAT.md 9.1: each name has one stored form, and the mount refuses the other one.
 #[test]
 fn name_in_the_other_stored_form_is_neither_listed_nor_served() {
-    use cloakfs_core::crypto::secret::Passphrase;
-    use cloakfs_core::format::config::VolumeParams;
     use cloakfs_core::format::names;
-    let tmp = tempfile::tempdir().unwrap();
-    let cipher = tmp.path().join("cipher");
-    let mnt = tmp.path().join("mnt");
-    fs::create_dir(&mnt).unwrap();
     // With long_name_max 100, a 70-byte name is stored long (115 characters), a 40-byte one
     // short (75 characters).
-    let mut params = VolumeParams::new();
-    params.long_name_max = 100;
-    cloakfs_core::Volume::create(&cipher, params, &Passphrase::new(PASS.to_vec()), kdf()).unwrap();
-    let mut fs = TestFs::mount_existing(tmp, cipher, mnt, |_| {});
+    let mut fs = TestFs::with_params(|p| p.long_name_max = 100);
     let (long, short) = ("l".repeat(70), "s".repeat(40));
     for n in [long.as_str(), short.as_str(), "kept"] {
         fs::write(fs.p(n), n).unwrap();

@@ -327,20 +327,7 @@ fn reads_answered_from_the_ring_entry_are_right_at_any_offset() {
     let Some(_param) = UringParam::set(true) else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let cipher = tmp.path().join("cipher");
-    let mnt = tmp.path().join("mnt");
-    fs::create_dir(&mnt).unwrap();
-    let mut params = cloakfs_core::format::config::VolumeParams::new();
-    params.block_size = 64 << 10;
-    cloakfs_core::Volume::create(
-        &cipher,
-        params,
-        &cloakfs_core::crypto::secret::Passphrase::new(PASS.to_vec()),
-        kdf(),
-    )
-    .unwrap();
-    let mut fs = TestFs::mount_existing(tmp, cipher, mnt, |_| {});
+    let mut fs = TestFs::with_params(|p| p.block_size = 64 << 10);
     let data = Rng(0xb10c).bytes((2 << 20) + 12_345);
     fs::write(fs.p("f"), &data).unwrap();
     fs.remount();

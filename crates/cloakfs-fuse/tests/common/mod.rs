@@ -27,13 +27,15 @@ pub fn kdf() -> Argon2Params {
 
 /// Creates a volume in `cipher` (which must be missing or empty).
 pub fn create_volume(cipher: &Path) {
-    Volume::create(
-        cipher,
-        VolumeParams::new(),
-        &Passphrase::new(PASS.to_vec()),
-        kdf(),
-    )
-    .expect("create volume");
+    create_volume_with(cipher, |_| {})
+}
+
+/// Creates a volume in `cipher` (which must be missing or empty) with parameters changed by
+/// `p`.
+pub fn create_volume_with(cipher: &Path, p: impl FnOnce(&mut VolumeParams)) {
+    let mut params = VolumeParams::new();
+    p(&mut params);
+    Volume::create(cipher, params, &Passphrase::new(PASS.to_vec()), kdf()).expect("create volume");
 }
 
 /// Unlocks the volume in `cipher`.
@@ -64,11 +66,20 @@ impl TestFs {
 
     /// A new volume, mounted with options changed by `f`.
     pub fn with(f: impl FnOnce(&mut MountOptions)) -> Self {
+        Self::made(|_| {}, f)
+    }
+
+    /// A new volume made with parameters changed by `p`, mounted with default options.
+    pub fn with_params(p: impl FnOnce(&mut VolumeParams)) -> Self {
+        Self::made(p, |_| {})
+    }
+
+    fn made(p: impl FnOnce(&mut VolumeParams), f: impl FnOnce(&mut MountOptions)) -> Self {
         let tmp = tempfile::tempdir().expect("tempdir");
         let cipher = tmp.path().join("cipher");
         let mnt = tmp.path().join("mnt");
         std::fs::create_dir(&mnt).unwrap();
-        create_volume(&cipher);
+        create_volume_with(&cipher, p);
         Self::mount_existing(tmp, cipher, mnt, f)
     }
 
