@@ -72,7 +72,8 @@ impl CloakFs {
             if inode.kind == Kind::Symlink {
                 return Err(Errno::EOPNOTSUPP);
             }
-            rustix::fs::chmod(sys::proc_path(fd), Mode::from_raw_mode(mode & 0o7777))
+            inode
+                .chmod(Mode::from_raw_mode(mode & 0o7777))
                 .map_err(errno)?;
         }
         if uid.is_some() || gid.is_some() {
@@ -128,10 +129,7 @@ impl CloakFs {
         if mode & kill == 0 {
             return Ok(());
         }
-        match rustix::fs::chmod(
-            sys::proc_path(inode.fd()),
-            Mode::from_raw_mode(mode & !kill & 0o7777),
-        ) {
+        match inode.chmod(Mode::from_raw_mode(mode & !kill & 0o7777)) {
             // Not the owner and no CAP_FOWNER: then no CAP_FSETID either, so the backing
             // write or truncate clears them.
             Ok(()) | Err(rustix::io::Errno::PERM) => Ok(()),

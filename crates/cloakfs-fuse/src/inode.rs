@@ -188,6 +188,11 @@ impl Inode {
         self.fd.for_xattrs()
     }
 
+    /// Changes the backing object's mode (see [`NodeFd::chmod`]).
+    pub(crate) fn chmod(&self, mode: rustix::fs::Mode) -> rustix::io::Result<()> {
+        self.fd.chmod(mode)
+    }
+
     fn state(&self) -> MutexGuard<'_, OpenState> {
         self.open.lock().unwrap_or_else(|e| e.into_inner())
     }

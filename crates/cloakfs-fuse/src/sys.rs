@@ -82,6 +82,16 @@ impl NodeFd {
     pub(crate) fn for_xattrs(&self) -> Option<BorrowedFd<'_>> {
         self.readable.then(|| self.fd.as_fd())
     }
+
+    /// Changes the object's mode: `fchmod` where the descriptor takes it (an `O_PATH` one it
+    /// refuses), else through `/proc/self/fd/N`, a walk that costs a proc inode.
+    pub(crate) fn chmod(&self, mode: Mode) -> rustix::io::Result<()> {
+        if self.readable {
+            rustix::fs::fchmod(&self.fd, mode)
+        } else {
+            rustix::fs::chmod(proc_path(self.fd.as_fd()), mode)
+        }
+    }
 }
 
 /// Whether opening objects on the file system of `fd` for reading costs no more than an
