@@ -54,6 +54,7 @@ pub struct ParsedOptions {
     pub writeback_cache: bool,
     pub bind: Option<BindTo>,
     pub no_io_uring: bool,
+    pub no_busy_poll: bool,
     pub shared_storage: bool,
     pub no_shared_storage: bool,
 }
@@ -96,10 +97,11 @@ pub fn parse(args: &[String]) -> Result<ParsedOptions> {
                     _ => return Err(Failure::usage("bind must be user or session")),
                 })
             }
-            "no_io_uring" => p.no_io_uring = true,
+            "no_io_uring" if value.is_none() => p.no_io_uring = true,
+            "no_busy_poll" if value.is_none() => p.no_busy_poll = true,
             "shared_storage" if value.is_none() => p.shared_storage = true,
             "no_shared_storage" if value.is_none() => p.no_shared_storage = true,
-            "shared_storage" | "no_shared_storage" => {
+            "no_io_uring" | "no_busy_poll" | "shared_storage" | "no_shared_storage" => {
                 return Err(Failure::usage(format!("mount option {key} takes no value")))
             }
             "threads" => {
@@ -166,6 +168,8 @@ mod tests {
         assert!(parse(&["writeback_cache".into()]).unwrap().writeback_cache);
         assert!(!p.no_io_uring);
         assert!(parse(&["no_io_uring".into()]).unwrap().no_io_uring);
+        assert!(!p.no_busy_poll);
+        assert!(parse(&["no_busy_poll".into()]).unwrap().no_busy_poll);
         assert_eq!(p.threads, Some(4));
         assert_eq!(p.cache_timeout, Some(2.5));
         assert_eq!(p.fsname.as_deref(), Some("x"));

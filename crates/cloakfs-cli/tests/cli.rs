@@ -179,6 +179,21 @@ fn read_only_mount_refuses_writes() {
 }
 
 #[test]
+fn transport_options_are_taken_as_flags_and_as_mount_options() {
+    let f = Fixture::new();
+    for extra in [
+        &["--no-busy-poll", "--no-io-uring"][..],
+        &["-o", "no_busy_poll,no_io_uring"][..],
+    ] {
+        let m = f.mounted(extra);
+        std::fs::write(f.mnt.join("t"), b"served").unwrap();
+        assert_eq!(std::fs::read(f.mnt.join("t")).unwrap(), b"served");
+        m.unmount();
+    }
+    assert_fails(&f.mount(&["-o", "no_busy_poll=1"]), 2, "no_busy_poll");
+}
+
+#[test]
 fn unknown_mount_option_is_a_usage_error() {
     let f = Fixture::new();
     assert_fails(&f.mount(&["-o", "frobnicate"]), 2, "unknown mount option");

@@ -102,6 +102,10 @@ pub struct MountOptions {
     /// Serve requests through FUSE over io_uring when the kernel offers it (else, and when
     /// the rings cannot be set up, through reads and writes of /dev/fuse).
     pub io_uring: bool,
+    /// Over io_uring, watch for the next request for a few microseconds after a reply before
+    /// sleeping (one thread at a time, backing off when none comes): saves a wake-up per
+    /// request to applications that make one request after another (`--no-busy-poll`).
+    pub busy_poll: bool,
     /// Whether other machines mount the cipher directory too (`--shared-storage`).
     pub sharing: Sharing,
 }
@@ -121,6 +125,7 @@ impl MountOptions {
             writeback_cache: false,
             binding: None,
             io_uring: true,
+            busy_poll: true,
             sharing: Sharing::Alone,
         }
     }
@@ -281,7 +286,7 @@ pub fn mount(
     let _ = notifier.set(session.notifier());
     Ok(Mounted {
         session,
-        transport: Transport::choose(opts.threads, volume_layout),
+        transport: Transport::choose(opts, volume_layout),
         mountpoint: mountpoint.to_path_buf(),
     })
 }
@@ -413,6 +418,15 @@ pub fn io_uring_requests_served() -> u64 {
     uring::SERVED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// How many times this process's io_uring serving threads watched for the next request
+/// after a reply (busy polling, `MountOptions::busy_poll`), and how many of those saw it come.
+pub fn io_uring_busy_polls() -> (u64, u64) {
+    (
+        uring::POLLS.load(std::sync::atomic::Ordering::Relaxed),
+        uring::POLLS_CAUGHT.load(std::sync::atomic::Ordering::Relaxed),
+    )
+}
+
 /// How requests reach the daemon, decided after the handshake.
 #[derive(Debug)]
 pub(crate) enum Transport {
@@ -424,7 +438,7 @@ pub(crate) enum Transport {
 
 impl Transport {
     /// The transport for a mount whose handshake just ran on this thread.
-    fn choose(threads: usize, layout: Layout) -> Self {
+    fn choose(opts: &MountOptions, layout: Layout) -> Self {
         match ops::take_uring_outcome() {
             ops::UringOutcome::TurnedOff => {
                 Transport::DevFuse("io_uring turned off: --no-io-uring".into())
@@ -446,10 +460,15 @@ impl Transport {
                     .min(ops::MAX_WRITE as usize / 4096);
                 let payload_size = (ops::MAX_WRITE as usize).max(max_pages * 4096);
                 Transport::IoUring(uring::UringPlan {
-                    threads,
+                    threads: opts.threads,
                     payload_size,
                     // A read fills the sealed blocks around the range it returns.
                     read_slack: layout.read_room(payload_size) - payload_size,
+                    poll: if opts.busy_poll {
+                        uring::POLL_LIMIT
+                    } else {
+                        std::time::Duration::ZERO
+                    },
                 })
             }
         }

@@ -16,6 +16,9 @@
 //! requests come through /dev/fuse, whose workers keep running. At unmount the kernel ends
 //! every pending command with ENOTCONN, which ends the threads.
 //!
+//! After a reply the thread may watch its completion queue for a few microseconds before it
+//! sleeps ([`Poll`]).
+//!
 //! A reply's payload has to be in the entry's payload buffer when the command commits. While
 //! a request without payload (a READ) is served, that buffer is free: a READ builds its reply
 //! there ([`with_reply_buffer`]), and `send` then has nothing to copy.
@@ -26,9 +29,11 @@ use std::alloc::Layout;
 use std::cell::Cell;
 use std::io::{self, IoSlice};
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 // The kernel's uapi (include/uapi/linux/fuse.h, 7.42).
 const FUSE_IO_URING_CMD_REGISTER: u32 = 1;
@@ -51,7 +56,105 @@ const OUT_HEADER_SIZE: usize = 16;
 const PAYLOAD_OFFSET: usize = 4096;
 
 /// Requests served through rings by this process, all mounts together.
-pub(crate) static SERVED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+pub(crate) static SERVED: AtomicU64 = AtomicU64::new(0);
+
+/// How long a serving thread watches for the next request after a reply. An application
+/// that makes one request after another (tar, Postmark) makes its next within a few
+/// microseconds; one that computes in between (a compiler) makes the poll miss and back off.
+pub(crate) const POLL_LIMIT: Duration = Duration::from_micros(30);
+
+/// Whether a serving thread of this process is busy-polling its ring (see [`Poll`]).
+static POLLING: AtomicBool = AtomicBool::new(false);
+
+/// Busy polls after a reply by this process, all mounts together, and how many of them saw
+/// the next request come.
+pub(crate) static POLLS: AtomicU64 = AtomicU64::new(0);
+pub(crate) static POLLS_CAUGHT: AtomicU64 = AtomicU64::new(0);
+
+/// Busy-polling for the next request after a reply, instead of sleeping at once.
+///
+/// The kernel gives a queue's next request to the entry that was last handed back (its list
+/// of free entries is a stack), so the thread that just replied is the one to wait for it.
+/// Asleep, it is woken by an inter-processor interrupt to a CPU that is often idle, which on
+/// a virtual machine means a halted vCPU the host has to run again; polling, it sees the
+/// request in its completion queue. Only one thread polls at a time (the others would take the CPUs
+/// the application needs). A single miss says little (the next request went to another
+/// CPU's queue, or came while this thread served another), but a thread that polled in vain
+/// three times in a row skips its next 1, 2, 4, ... 64 chances, so a mount whose application
+/// computes between its requests (a compiler) does not keep a CPU busy for nothing.
+struct Poll {
+    limit: Duration,
+    misses: u32,
+    skip: u32,
+}
+
+/// Misses in a row a thread polls through before it backs off.
+const GRACE: u32 = 2;
+
+impl Poll {
+    fn new(limit: Duration) -> Self {
+        Poll {
+            limit,
+            misses: 0,
+            skip: 0,
+        }
+    }
+
+    /// Submits what is queued (the reply) and waits for the next completion for up to the
+    /// limit without sleeping, when it is this thread's turn; `None` otherwise.
+    fn next_request(
+        &mut self,
+        ring: &mut IoUring<squeue::Entry128, cqueue::Entry>,
+    ) -> io::Result<Option<cqueue::Entry>> {
+        if self.limit.is_zero() {
+            return Ok(None);
+        }
+        if self.skip > 0 {
+            self.skip -= 1;
+            return Ok(None);
+        }
+        if POLLING
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return Ok(None);
+        }
+        let polled = (|| {
+            match ring.submit() {
+                Ok(_) => {}
+                // The reply is still queued: the caller's wait submits it.
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(None),
+                Err(e) => return Err(e),
+            }
+            let start = Instant::now();
+            loop {
+                if let Some(c) = ring.completion().next() {
+                    return Ok(Some(c));
+                }
+                if start.elapsed() >= self.limit {
+                    return Ok(None);
+                }
+                std::hint::spin_loop();
+            }
+        })();
+        POLLING.store(false, Ordering::Release);
+        POLLS.fetch_add(1, Ordering::Relaxed);
+        match polled {
+            Ok(Some(_)) => {
+                self.misses = 0;
+                POLLS_CAUGHT.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(None) => {
+                self.misses = (self.misses + 1).min(GRACE + 7);
+                if self.misses > GRACE {
+                    self.skip = 1 << (self.misses - GRACE - 1);
+                }
+            }
+            Err(_) => {}
+        }
+        polled
+    }
+}
 
 /// What the serving threads need to know besides the session.
 #[derive(Debug, Clone)]
@@ -64,6 +167,8 @@ pub(crate) struct UringPlan {
     /// Bytes past `payload_size` a READ may need to build its reply in the payload buffer
     /// (the whole blocks around the range read).
     pub(crate) read_slack: usize,
+    /// How long a thread busy-polls for the next request after a reply (zero: never).
+    pub(crate) poll: Duration,
 }
 
 thread_local! {
@@ -140,9 +245,10 @@ pub(crate) fn start<FS: Filesystem + 'static>(
             let dispatcher = dispatcher.clone();
             let report = tx.clone();
             let sizes = (plan.payload_size, plan.read_slack);
+            let poll_limit = plan.poll;
             let spawned = std::thread::Builder::new()
                 .name(format!("fuse-ring-{qid}.{i}"))
-                .spawn(move || serve_entry(dispatcher, qid as u16, sizes, report));
+                .spawn(move || serve_entry(dispatcher, qid as u16, sizes, poll_limit, report));
             match spawned {
                 Ok(t) => threads.push(t),
                 Err(e) => {
@@ -167,6 +273,7 @@ fn serve_entry<FS: Filesystem>(
     dispatcher: Dispatcher<FS>,
     qid: u16,
     (payload_size, read_slack): (usize, usize),
+    poll_limit: Duration,
     registered: mpsc::Sender<io::Result<()>>,
 ) -> io::Result<()> {
     let setup = (|| {
@@ -214,10 +321,15 @@ fn serve_entry<FS: Filesystem>(
     let mut pending = first;
     // The command in flight, resubmitted if the kernel asks for it again (EINTR, EAGAIN).
     let mut in_flight = sqe;
+    let mut poll = Poll::new(poll_limit);
     loop {
         let cqe = match pending.take() {
             Some(c) => c,
             None => {
+                if let Some(c) = poll.next_request(&mut ring)? {
+                    pending = Some(c);
+                    continue;
+                }
                 match ring.submit_and_wait(1) {
                     Ok(_) => {}
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,

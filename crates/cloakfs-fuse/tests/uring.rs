@@ -251,6 +251,30 @@ fn serves_through_io_uring_when_the_kernel_offers_it() {
 }
 
 #[test]
+fn busy_polling_serves_the_same_and_can_be_turned_off() {
+    let Some(_param) = UringParam::set(true) else {
+        return;
+    };
+    for busy_poll in [true, false] {
+        let mut fs = TestFs::with(|o| o.busy_poll = busy_poll);
+        let (polls_before, caught_before) = cloakfs_fuse::io_uring_busy_polls();
+        let served = served_during(|| workload(&fs));
+        let (polls, caught) = cloakfs_fuse::io_uring_busy_polls();
+        let (polls, caught) = (polls - polls_before, caught - caught_before);
+        assert!(served > 500, "only {served} requests came through io_uring");
+        if busy_poll {
+            // Whether a poll sees the next request come is a matter of timing; that the
+            // threads poll after replies is not.
+            assert!(polls > 0, "no busy poll in {served} requests");
+            assert!(caught <= polls);
+        } else {
+            assert_eq!((polls, caught), (0, 0));
+        }
+        fs.unmount();
+    }
+}
+
+#[test]
 fn uses_dev_fuse_when_io_uring_is_turned_off() {
     let Some(_param) = UringParam::set(true) else {
         return;
