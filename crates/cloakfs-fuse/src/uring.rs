@@ -77,8 +77,8 @@ pub(crate) static POLLS_CAUGHT: AtomicU64 = AtomicU64::new(0);
 /// of free entries is a stack), so the thread that just replied is the one to wait for it.
 /// Asleep, it is woken by an inter-processor interrupt to a CPU that is often idle, which on
 /// a virtual machine means a halted vCPU the host has to run again; polling, it sees the
-/// request in its completion queue. Only one thread polls at a time (the others would take the CPUs
-/// the application needs). A single miss says little (the next request went to another
+/// request in its completion queue. Only one thread polls at a time (more would take the
+/// CPUs the application needs). A single miss says little (the next request went to another
 /// CPU's queue, or came while this thread served another), but a thread that polled in vain
 /// three times in a row skips its next 1, 2, 4, ... 64 chances, so a mount whose application
 /// computes between its requests (a compiler) does not keep a CPU busy for nothing.
@@ -128,6 +128,15 @@ impl Poll {
             }
             let start = Instant::now();
             loop {
+                if ring.submission().taskrun() {
+                    // The request is queued as task work: entering the kernel runs it, which
+                    // posts the completion.
+                    match ring.submit() {
+                        Ok(_) => {}
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e),
+                    }
+                }
                 if let Some(c) = ring.completion().next() {
                     return Ok(Some(c));
                 }
@@ -277,7 +286,14 @@ fn serve_entry<FS: Filesystem>(
     registered: mpsc::Sender<io::Result<()>>,
 ) -> io::Result<()> {
     let setup = (|| {
-        let ring: IoUring<squeue::Entry128, cqueue::Entry> = IoUring::builder().build(2)?;
+        // The kernel delivers a request as task work on this thread. Cooperatively: not by
+        // interrupting it (an inter-processor interrupt, and on a virtual machine an exit on
+        // the sending vCPU) but when it next enters the kernel, which a sleeping thread does
+        // on its wake-up and a polling one when the flag shows work pending ([`Poll`]).
+        let ring: IoUring<squeue::Entry128, cqueue::Entry> = IoUring::builder()
+            .setup_coop_taskrun()
+            .setup_taskrun_flag()
+            .build(2)?;
         let entry = Arc::new(RingEntry::new(payload_size, read_slack)?);
         Ok::<_, io::Error>((ring, entry))
     })();
