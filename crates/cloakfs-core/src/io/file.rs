@@ -48,6 +48,19 @@ struct OldEnd {
     partial: Option<(u64, Vec<u8>)>,
 }
 
+/// A block's sealed bytes as the caller already read them (index, bytes), so that a write
+/// that keeps part of it opens them instead of reading them again.
+type SealedBlock<'a> = Option<(u64, &'a [u8])>;
+
+impl OldEnd {
+    /// The partial last block, sealed, if there is one.
+    fn last_block(&self, bs: u64) -> SealedBlock<'_> {
+        self.partial
+            .as_ref()
+            .map(|(_, sealed)| (self.size / bs, sealed.as_slice()))
+    }
+}
+
 struct State {
     /// Large writes since the last finished batch (see `stream`).
     written: Batches,
@@ -478,10 +491,15 @@ impl ContentFile {
         let bs = self.layout().block_size();
         let end = if off >= st.size - st.size % bs {
             let old = self.old_end(&st)?;
-            self.write_locked(&mut st, off, data, false)
-                .inspect_err(|_| self.put_back(&mut st, old))?
+            match self.write_locked(&mut st, off, data, false, old.last_block(bs)) {
+                Ok(end) => end,
+                Err(e) => {
+                    self.put_back(&mut st, old);
+                    return Err(e);
+                }
+            }
         } else {
-            self.write_locked(&mut st, off, data, true)?
+            self.write_locked(&mut st, off, data, true, None)?
         };
         let finished = st.written.add(end.0, end.1);
         drop((hold, st));
@@ -525,13 +543,14 @@ impl ContentFile {
     }
 
     /// Seals and writes `data` at `off`; returns the backing range written. `reserve` asks
-    /// for the space to be reserved first.
+    /// for the space to be reserved first; `known` is a block the caller has read already.
     fn write_locked(
         &self,
         st: &mut State,
         off: u64,
         data: &[u8],
         reserve: bool,
+        known: SealedBlock<'_>,
     ) -> Result<(u64, u64)> {
         let layout = self.layout();
         let span = layout.span(off, data.len() as u64);
@@ -545,6 +564,8 @@ impl ContentFile {
                 self.put_header(st, &h)?;
             }
         }
+        // Extending re-seals the old last block: what the caller read of it is stale then.
+        let known = if off > st.size { None } else { known };
         if off > st.size {
             self.extend(st, off)?;
         }
@@ -591,7 +612,10 @@ impl ContentFile {
                 if old_len > 0 && (ws > 0 || we < old_len) {
                     PLAIN.with_borrow_mut(|plain| -> Result<()> {
                         plain.resize(new_len, 0);
-                        self.read_block(cipher, b, old_len, &mut plain[..old_len])?;
+                        match known.filter(|&(k, _)| k == b) {
+                            Some((_, sealed)) => cipher.open(b, sealed, &mut plain[..old_len])?,
+                            None => self.read_block(cipher, b, old_len, &mut plain[..old_len])?,
+                        }
                         plain[ws..we].copy_from_slice(src);
                         cipher.seal_fresh(b, nonce, &plain[..new_len], dst);
                         Ok(())
@@ -1382,6 +1406,28 @@ pub(crate) mod tests {
         let mut buf = vec![0u8; 9000];
         assert!(f.read_at(0, &mut buf).is_err());
         assert_eq!(f.read_at(0, &mut buf[..4096]).unwrap(), 4096);
+    }
+
+    #[test]
+    fn an_append_opens_the_partial_last_block_it_keeps() {
+        // The append reuses the bytes read to put the block back on failure: they are
+        // authenticated all the same.
+        let (f, t) = new_file(false);
+        f.write_at(0, &[7u8; 9000]).unwrap();
+        flip_byte(t.path(), 18 + 2 * 4124 + 40);
+        assert!(matches!(
+            f.write_at(9000, b"more"),
+            Err(crate::Error::Tampered(_))
+        ));
+        // Untouched, it keeps the old bytes before the new ones.
+        let (g, _t) = new_file(false);
+        g.write_at(0, &[7u8; 9000]).unwrap();
+        g.write_at(9000, b"more").unwrap();
+        g.write_at(9004, &[8u8; 5000]).unwrap();
+        let mut want = vec![7u8; 9000];
+        want.extend_from_slice(b"more");
+        want.extend_from_slice(&[8u8; 5000]);
+        assert_eq!(read_all(&g), want);
     }
 
     #[test]
