@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up and tears down a real shared store with two or three client mounts ("machines"), for
-# the shared-storage tests and bench (README "Shared and distributed storage"). As root.
+# the shared-storage tests and bench (docs/SHARED-STORAGE.md). As root.
 #
 #   scripts/shared-store.sh up gluster DIR [N]  replica-2 GlusterFS volume, N FUSE clients (2, 3)
 #   scripts/shared-store.sh up sshfs DIR [N]    sshd on 127.0.0.1, N sshfs mounts (2 or 3)
@@ -83,15 +83,14 @@ EOF
     # Each client keeps whole small files (quick-read) and their attributes (md-cache) for a
     # second without asking the bricks, also past another client's write and lock: a
     # read-modify-write across clients (cloakfs's, or any application's) would read stale
-    # bytes. README: Shared and distributed storage.
+    # bytes. docs/SHARED-STORAGE.md.
     gluster_cli "$d" volume set "$vol" performance.quick-read off >/dev/null
     gluster_cli "$d" volume set "$vol" performance.stat-prefetch off >/dev/null
     # While a file is written without pause (eager lock), its replicas' changelog is updated
     # only when the writes stop: a brick killed and started again meanwhile is blamed by
     # nobody and serves reads (size, blocks) of the file before self-heal reaches it, and a
     # read-modify-write there writes old bytes back (cloakfs's appends then left zeros).
-    # Updated at once, the returning brick is read only once healed. README: Shared and
-    # distributed storage.
+    # Updated at once, the returning brick is read only once healed. docs/SHARED-STORAGE.md.
     gluster_cli "$d" volume set "$vol" cluster.post-op-delay-secs 0 >/dev/null
     gluster_cli "$d" volume start "$vol" >/dev/null
     local m
@@ -134,7 +133,7 @@ EOF
         # caches attributes for its default second. reconnect: a new SSH connection after the
         # old one broke (files open across it must be opened again). ServerAlive*: a server
         # that stops answering is given up after 3 x 2 s, ConnectTimeout: so is a reconnect
-        # (README "Faults of the store").
+        # (docs/SHARED-STORAGE.md, "Faults of the store").
         sshfs -o port="$port",IdentityFile="$d/ssh/client_key",StrictHostKeyChecking=no \
             -o UserKnownHostsFile=/dev/null,LogLevel=ERROR,dir_cache=no,reconnect \
             -o ServerAliveInterval=2,ServerAliveCountMax=3,ConnectTimeout=5 \

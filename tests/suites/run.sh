@@ -7,7 +7,7 @@
 #                                 the same run, then verified again after a remount (fresh
 #                                 caches): fails on any verify error or exit.
 # (fsstress and fsx are not packaged by Debian 12; tests/crash/crash.py runs a workload of its
-# own instead.) CLOAKFS_SLOW_TESTS=1 runs each suite longer (see the README). Needs root.
+# own instead.) CLOAKFS_SLOW_TESTS=1 runs each suite longer (see docs/TESTING.md). Needs root.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)

@@ -509,7 +509,7 @@ fn a_tree_larger_than_the_descriptor_limit_stays_usable() {
             .unwrap_or_else(|e| panic!("creating file {i}: {e}"));
     }
     // Every file read back by name. (Listing one directory far larger than a tiny limit
-    // while statting it can still hit EMFILE: see the pruning notes in the README.)
+    // while statting it can still hit EMFILE: see docs/USAGE.md, "Open descriptors".)
     for i in 0..FILES {
         let got = std::fs::read_to_string(dir.join(format!("f{i:05}")))
             .unwrap_or_else(|e| panic!("reading file {i}: {e}"));

@@ -64,7 +64,7 @@ pub struct MountArgs {
     /// Other machines mount the same cipher directory from a shared store (GlusterFS, NFS,
     /// sshfs): close-to-open consistency, block rewrites and application locks coordinated
     /// through the store, cache timeout 1 s unless given. On automatically where the cipher
-    /// directory lies on a network file system (README: Shared and distributed storage).
+    /// directory lies on a network file system (docs/SHARED-STORAGE.md).
     #[arg(long)]
     pub shared_storage: bool,
     /// This mount is the only one of the cipher directory, even on a network file system:
