@@ -4,6 +4,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
+# The accounts the tests make (useradd, on first use) go again when the run ends, however it
+# ends; a later run makes them afresh.
+remove_test_users() {
+    local u
+    for u in $(getent passwd | cut -d: -f1 | grep -E '^(cfs-(alice|bob|carol)|cfsd-[a-z]+|cfsl-[a-z0-9]+|cloakfs-t-(alice|bob))$'); do
+        userdel "$u" 2>/dev/null || echo "test.sh: could not remove test user $u" >&2
+    done
+    if getent group cloakfs-t-share >/dev/null; then
+        groupdel cloakfs-t-share 2>/dev/null || echo "test.sh: could not remove group cloakfs-t-share" >&2
+    fi
+}
+if [ "$(id -u)" = 0 ]; then
+    trap remove_test_users EXIT
+fi
 cargo build --release --workspace
 cargo test --release --workspace
 if [ -x tests/independent/run.sh ]; then
