@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The multi-user daemon's worked example (docs/MULTI-USER.md, after NCryptfs section 3.6), for real:
-# two users (made with useradd), each in a shell that leads its own Unix session, sharing an
+# The multi-user daemon's worked example (docs/MULTI-USER.md, after NCryptfs section 3.6), for
+# real: two users (made with useradd), each in a shell that leads its own Unix session, sharing an
 # encrypted project without sharing a Unix group or the volume's key.
 #   scripts/demo-multiuser.sh            (as root; leaves nothing running)
 set -euo pipefail

@@ -1,6 +1,6 @@
 //! What one user can make the daemon hold, and how long a request may take. Every number
-//! here is a default docs/MULTI-USER.md and docs/THREAT-MODEL.md give; `cloakfs daemon` can change
-//! the timeouts.
+//! here is a default docs/MULTI-USER.md and docs/THREAT-MODEL.md give; `cloakfs daemon` can
+//! change the timeouts.
 
 use std::time::Duration;
 

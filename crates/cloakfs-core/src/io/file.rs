@@ -491,13 +491,8 @@ impl ContentFile {
         let bs = self.layout().block_size();
         let end = if off >= st.size - st.size % bs {
             let old = self.old_end(&st)?;
-            match self.write_locked(&mut st, off, data, false, old.last_block(bs)) {
-                Ok(end) => end,
-                Err(e) => {
-                    self.put_back(&mut st, old);
-                    return Err(e);
-                }
-            }
+            self.write_locked(&mut st, off, data, false, old.last_block(bs))
+                .inspect_err(|_| self.put_back(&mut st, old))?
         } else {
             self.write_locked(&mut st, off, data, true, None)?
         };
@@ -565,10 +560,12 @@ impl ContentFile {
             }
         }
         // Extending re-seals the old last block: what the caller read of it is stale then.
-        let known = if off > st.size { None } else { known };
-        if off > st.size {
+        let known = if off > st.size {
             self.extend(st, off)?;
-        }
+            None
+        } else {
+            known
+        };
         let bs = layout.block_size();
         let end = off + data.len() as u64;
         let old_size = st.size;
