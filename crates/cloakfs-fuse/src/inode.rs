@@ -565,42 +565,42 @@ impl InodeTable {
         self.clock.load(Ordering::Relaxed)
     }
 
-    /// What to invalidate to free about `n` of the least recently used nodes that no
-    /// handle has open: the name of each one's directory (invalidating a directory's name
-    /// drops its unused names below it, in one step that takes only the grandparent's lock,
-    /// not the lock of a directory someone may be listing), or the node's own name in the
-    /// root.
+    /// The names to invalidate to free about `n` of the least recently used nodes that no
+    /// handle has open, each by its own name, so that only those leave the kernel's cache.
+    /// Nodes that no other known node lies in go first: a directory's name would take every
+    /// unused name below it, recently used ones too, and a directory on the way to used
+    /// files may look idle, since a path walk through the kernel's cached names sends it no
+    /// request. Directories that hold known nodes go only when too few others are idle.
     pub(crate) fn least_used(&self, n: usize) -> Vec<SeenAs> {
         let t = self.read();
         let root = self.root();
-        let mut idle: Vec<(u64, &SeenAs)> = t
+        let parents: HashSet<u64> = t
+            .nodes
+            .values()
+            .filter_map(|e| Some(e.seen_as.as_ref()?.0))
+            .collect();
+        let (mut leaves, mut holding): (Vec<_>, Vec<_>) = t
             .nodes
             .values()
             .filter(|e| e.inode.nodeid != root && e.inode.current().is_none())
             .filter_map(|e| {
-                Some((
-                    e.inode.last_used.load(Ordering::Relaxed),
-                    e.seen_as.as_ref()?,
-                ))
+                let used = e.inode.last_used.load(Ordering::Relaxed);
+                Some((used, e.seen_as.as_ref()?, e.inode.nodeid))
             })
-            .collect();
-        if n < idle.len() {
-            idle.select_nth_unstable_by_key(n, |&(used, _)| used);
-            idle.truncate(n);
-        }
-        let mut names: Vec<SeenAs> = Vec::new();
-        let mut dirs = HashSet::new();
-        for (_, seen) in idle {
-            let parent = seen.0;
-            if parent == root {
-                names.push(seen.clone());
-            } else if dirs.insert(parent) {
-                if let Some(s) = t.nodes.get(&parent).and_then(|e| e.seen_as.clone()) {
-                    names.push(s);
-                }
+            .partition(|&(_, _, nodeid)| !parents.contains(&nodeid));
+        let oldest = |v: &mut Vec<(u64, &SeenAs, u64)>, k: usize| {
+            if k < v.len() {
+                v.select_nth_unstable_by_key(k, |&(used, _, _)| used);
+                v.truncate(k);
             }
-        }
-        names
+        };
+        oldest(&mut leaves, n);
+        oldest(&mut holding, n - leaves.len());
+        leaves
+            .into_iter()
+            .chain(holding)
+            .map(|(_, seen, _)| seen.clone())
+            .collect()
     }
 
     fn plain_number(&self, dev: u64, ino: u64) -> bool {
@@ -728,6 +728,59 @@ mod tests {
         let f = tempfile::tempfile().unwrap();
         let m = crate::attr::Meta::of_fd(&f).unwrap();
         Inode::new(2, NodeFd::readable(f.into()), &m)
+    }
+
+    /// A table rooted in a fresh directory, and a way to add its backing entries as nodes.
+    fn table_in(root: &std::path::Path) -> InodeTable {
+        let dir = std::fs::File::open(root).unwrap();
+        let m = Meta::of_fd(&dir).unwrap();
+        InodeTable::new(NodeFd::readable(dir.into()), &m, DirId([0; 16]), 0)
+    }
+
+    fn add(t: &InodeTable, path: &std::path::Path, parent: u64) -> u64 {
+        let f = std::fs::File::open(path).unwrap();
+        let m = Meta::of_fd(&f).unwrap();
+        let name = path.file_name().unwrap().as_encoded_bytes();
+        t.lookup(NodeFd::readable(f.into()), &m, parent, name)
+            .0
+            .nodeid
+    }
+
+    fn names(seen: &[SeenAs]) -> Vec<&[u8]> {
+        let mut v: Vec<&[u8]> = seen.iter().map(|(_, n)| &n[..]).collect();
+        v.sort();
+        v
+    }
+
+    /// Pruning frees the least recently used nodes by their own names, a directory that
+    /// known nodes lie in only when too few others are idle (its name would take them all,
+    /// however recently used, and a path walk through cached names sends it no request).
+    #[test]
+    fn pruning_picks_least_used_leaves_by_their_own_names() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir(root.path().join("d")).unwrap();
+        for f in ["d/a", "d/b", "x"] {
+            std::fs::write(root.path().join(f), b"").unwrap();
+        }
+        let t = table_in(root.path());
+        let d = add(&t, &root.path().join("d"), t.root());
+        let a = add(&t, &root.path().join("d/a"), d);
+        let b = add(&t, &root.path().join("d/b"), d);
+        add(&t, &root.path().join("x"), t.root());
+
+        // Looked up in the order d, a, b, x; d is never a candidate while a or b is known.
+        assert_eq!(names(&t.least_used(1)), [b"a"]);
+        assert_eq!(names(&t.least_used(3)), [&b"a"[..], b"b", b"x"]);
+        // A request on a marks it used: b is now the oldest.
+        t.get(a).unwrap();
+        assert_eq!(names(&t.least_used(1)), [b"b"]);
+        // With too few such nodes idle, a directory that holds some goes too.
+        assert_eq!(names(&t.least_used(4)), [&b"a"[..], b"b", b"d", b"x"]);
+        // Once the kernel has forgotten what lies in d, d itself is like a file.
+        t.forget(a, 1);
+        t.forget(b, 1);
+        assert_eq!(names(&t.least_used(1)), [b"d"]);
+        assert_eq!(names(&t.least_used(10)), [&b"d"[..], b"x"]);
     }
 
     /// One page-cache mode for all of a file's open handles: a creator's handle is uncached

@@ -5,12 +5,12 @@
 //! `O_PATH` descriptor per node it knows, so walking a tree larger than `RLIMIT_NOFILE`
 //! (Postmark's 20,000 files under a limit of 20,000) would otherwise fail with EMFILE. When
 //! the nodes of the whole process pass a high mark, a thread asks the kernel to drop the
-//! names (`FUSE_NOTIFY_INVAL_ENTRY`) of the directories holding the least recently used
-//! nodes that no handle has open (of the nodes themselves, in the root). The kernel then
-//! drops every unused name below them and its FORGETs free the nodes; names come back by
-//! the next lookup. A dropped directory that is some process's working directory stays
-//! usable, but `getcwd` reports it as gone until its name is looked up again: the price
-//! of pruning, paid only at the descriptor limit (raised to `fs.nr_open` when we may).
+//! names (`FUSE_NOTIFY_INVAL_ENTRY`) of the least recently used nodes that no handle has
+//! open and that no other known node lies in (a file, or a directory whose known entries are
+//! gone); its FORGETs free the nodes, and names come back by the next lookup. A dropped
+//! directory that is some process's working directory stays usable, but `getcwd` reports it
+//! as gone until its name is looked up again: the price of pruning, paid only at the
+//! descriptor limit (raised to `fs.nr_open` when we may).
 //!
 //! The invalidations cannot be sent from a worker thread: the kernel takes the parent
 //! directory's lock for them, which it may be holding while it waits for that very worker.
@@ -26,6 +26,10 @@ use std::sync::{Arc, OnceLock};
 const RESERVE_SHARE: usize = 8;
 /// ...and at least this many.
 const MIN_RESERVE: usize = 64;
+/// A prune frees this share of the high mark: every name it drops is one the kernel may ask
+/// for again (Postmark's files are used at random), so little at a time, though enough that
+/// a prune is not due at every lookup.
+const PRUNE_SHARE: usize = 16;
 
 /// Nodes alive in this process, over every table (the multi-user tree has one per attach;
 /// they share one descriptor limit).
@@ -72,7 +76,7 @@ impl Pruner {
         let high = limit.saturating_sub(reserve).max(MIN_RESERVE);
         Self {
             high,
-            low: high / 4 * 3,
+            low: high - high / PRUNE_SHARE,
             notifier,
             running: Arc::new(AtomicBool::new(false)),
             next_at: AtomicU64::new(0),
@@ -147,9 +151,9 @@ mod tests {
     #[test]
     fn marks_follow_the_limit() {
         let p = Pruner::with_limit(20_000, Arc::new(OnceLock::new()));
-        assert_eq!((p.high, p.low), (17_500, 13_125));
+        assert_eq!((p.high, p.low), (17_500, 16_407));
         let p = Pruner::with_limit(256, Arc::new(OnceLock::new()));
-        assert_eq!((p.high, p.low), (192, 144));
+        assert_eq!((p.high, p.low), (192, 180));
         let p = Pruner::with_limit(10, Arc::new(OnceLock::new()));
         assert_eq!(p.high, MIN_RESERVE);
     }
