@@ -120,8 +120,7 @@ impl CloakFs {
             }
             Resolved::Absent => return Err(Errno::ENOENT),
         };
-        let last_link = self.large_last_link(p.fd(), stored.backing());
-        let long_target = long_targets::last_link_target(p.fd(), stored.backing());
+        let (last_link, long_target) = self.last_link(p.fd(), stored.backing());
         rustix::fs::unlinkat(p.fd(), stored.backing(), AtFlags::empty()).map_err(errno)?;
         self.remove_sidecar(p.fd(), &stored);
         if let Some(inode) = last_link {
@@ -139,18 +138,27 @@ impl CloakFs {
         }
     }
 
-    /// The node of backing entry `backing` of `dir` if that name is the last link of a large
-    /// file, found before the name is removed or replaced so that the data can be freed before
-    /// the reply ([`Inode::free_unlinked_data`]).
-    fn large_last_link(&self, dir: BorrowedFd<'_>, backing: &str) -> Option<Arc<Inode>> {
-        rustix::fs::statat(dir, backing, AtFlags::SYMLINK_NOFOLLOW)
-            .ok()
-            .filter(|st| {
-                st.st_nlink == 1
-                    && st.st_mode & libc::S_IFMT == libc::S_IFREG
-                    && st.st_size as u64 >= FREE_ON_UNLINK
-            })
-            .and_then(|st| self.inodes.by_key(st.st_dev, st.st_ino))
+    /// What goes with backing entry `backing` of `dir` if that name is its object's last
+    /// link, found by one `lstat` before the name is removed or replaced: the node of a large
+    /// file, so that its data can be freed before the reply ([`Inode::free_unlinked_data`]),
+    /// and a symlink's long target.
+    fn last_link(
+        &self,
+        dir: BorrowedFd<'_>,
+        backing: &str,
+    ) -> (Option<Arc<Inode>>, Option<String>) {
+        let Ok(st) = rustix::fs::statat(dir, backing, AtFlags::SYMLINK_NOFOLLOW) else {
+            return (None, None);
+        };
+        let large = st.st_nlink == 1
+            && st.st_mode & libc::S_IFMT == libc::S_IFREG
+            && st.st_size as u64 >= FREE_ON_UNLINK;
+        let node = if large {
+            self.inodes.by_key(st.st_dev, st.st_ino)
+        } else {
+            None
+        };
+        (node, long_targets::last_link_target(dir, backing, &st))
     }
 
     pub(crate) fn do_rmdir(&self, parent: INodeNo, name: &OsStr) -> Res<()> {
@@ -234,10 +242,7 @@ impl CloakFs {
         let (replaced, replaced_target) = if exchange {
             (None, None)
         } else {
-            (
-                self.large_last_link(np.fd(), to.backing()),
-                long_targets::last_link_target(np.fd(), to.backing()),
-            )
+            self.last_link(np.fd(), to.backing())
         };
         let mut rflags = rustix::fs::RenameFlags::empty();
         if exchange {

@@ -8,7 +8,7 @@
 use crate::error::{Error, Result};
 use crate::format::meta::{long_target_name, MetaCodec, SealedTarget, LONG_TARGETS_DIR};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
-use rustix::fs::{AtFlags, Mode, OFlags};
+use rustix::fs::{AtFlags, Mode, OFlags, Stat};
 use std::io::Write;
 use std::path::Path;
 
@@ -113,10 +113,10 @@ fn sync_root(root: BorrowedFd<'_>) -> std::io::Result<()> {
     Ok(rustix::fs::fsync(fd)?)
 }
 
-/// The long-target file name of backing symlink `name` in directory `dir`, if it has one and
-/// this name is its last link: what to [`remove`] once the name is gone.
-pub fn last_link_target(dir: BorrowedFd<'_>, name: &str) -> Option<String> {
-    let st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).ok()?;
+/// The long-target file name of backing symlink `name` in directory `dir` (whose `lstat` is
+/// `st`), if it has one and this name is its last link: what to [`remove`] once the name is
+/// gone.
+pub fn last_link_target(dir: BorrowedFd<'_>, name: &str, st: &Stat) -> Option<String> {
     if st.st_mode & libc::S_IFMT != libc::S_IFLNK || st.st_nlink != 1 {
         return None;
     }
@@ -155,7 +155,8 @@ mod tests {
             read_target(&meta, rootfd.as_fd(), backing.as_bytes()).unwrap(),
             target
         );
-        let name = last_link_target(rootfd.as_fd(), "link").unwrap();
+        let st = rustix::fs::statat(rootfd.as_fd(), "link", AtFlags::SYMLINK_NOFOLLOW).unwrap();
+        let name = last_link_target(rootfd.as_fd(), "link", &st).unwrap();
         std::fs::remove_file(root.path().join("link")).unwrap();
         remove(rootfd.as_fd(), &name);
         assert!(matches!(
