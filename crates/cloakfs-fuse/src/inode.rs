@@ -730,13 +730,14 @@ mod tests {
         Inode::new(2, NodeFd::readable(f.into()), &m)
     }
 
-    /// A table rooted in a fresh directory, and a way to add its backing entries as nodes.
+    /// A table rooted in directory `root`.
     fn table_in(root: &std::path::Path) -> InodeTable {
         let dir = std::fs::File::open(root).unwrap();
         let m = Meta::of_fd(&dir).unwrap();
         InodeTable::new(NodeFd::readable(dir.into()), &m, DirId([0; 16]), 0)
     }
 
+    /// Looks up `path` (inside directory node `parent`) in `t`, as the kernel would: its node.
     fn add(t: &InodeTable, path: &std::path::Path, parent: u64) -> u64 {
         let f = std::fs::File::open(path).unwrap();
         let m = Meta::of_fd(&f).unwrap();
