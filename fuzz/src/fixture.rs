@@ -64,6 +64,7 @@ pub fn params(suite: ContentSuite, block_size: u64, strict_holes: bool) -> Volum
         long_name_max: LONG_NAME_MAX_DEFAULT,
         strict_holes,
         file_keys: Default::default(),
+        shared_header_mac: false,
         adopted: false,
     }
 }

@@ -3,12 +3,14 @@
 written from docs/FORMAT.md section 18 (and section 8 for the blocks) only: no volume config is
 needed.
 
-    decrypt_shared_file.py BACKINGFILE IDENTITYFILE OUTPUT [GNUPGHOME]
+    decrypt_shared_file.py [--master-key HEX --volume-id HEX] BACKINGFILE IDENTITYFILE OUTPUT [GNUPGHOME]
 
 IDENTITYFILE may be "-" (no age identity). With GNUPGHOME, kind-2 entries (`gpg:FINGERPRINT`)
 are opened with `gpg --decrypt` in that keyring, accepted only as an integrity-checked
 public-key decryption.
 
+With --master-key and --volume-id (a volume with `shared_header_mac`, section 18.2), the header's
+volume MAC is required and checked first; without them a volume MAC in the header is skipped.
 Checks the recipient-list MAC before opening any block; exits 2 (with one line) if the
 identity has no entry, 1 on damage or tampering. Needs `cryptography` and `pyrage`.
 """
@@ -34,8 +36,8 @@ class Refused(Exception):
     pass
 
 
-def hkdf(ikm: bytes, info: bytes) -> bytes:
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(ikm)
+def hkdf(ikm: bytes, info: bytes, salt=None) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=salt, info=info).derive(ikm)
 
 
 def parse_header(h: bytes):
@@ -82,9 +84,15 @@ def parse_header(h: bytes):
     if at + 32 > H:
         raise Refused("MAC past the end")
     mac = h[at:at + 32]
-    if any(h[at + 32:]):
+    at += 32
+    vmac = h[at:at + 32]
+    if any(vmac):
+        at += 32
+    else:
+        vmac = None
+    if any(h[at:]):
         raise Refused("non-zero padding")
-    return version, fid, entries, h[:at], mac
+    return version, fid, entries, h[:at - 32 - (32 if vmac else 0)], mac, vmac
 
 
 def gpg_decrypt(sealed: bytes, gnupghome: str):
@@ -107,14 +115,29 @@ def gpg_decrypt(sealed: bytes, gnupghome: str):
 
 
 def main():
-    backing, identity_file, output = sys.argv[1:4]
-    gnupghome = sys.argv[4] if len(sys.argv) > 4 else None
+    args = sys.argv[1:]
+    header_key = None
+    if args[:1] == ["--master-key"]:
+        if args[2:3] != ["--volume-id"]:
+            raise Refused("--master-key needs --volume-id")
+        mk, vid = bytes.fromhex(args[1]), bytes.fromhex(args[3])
+        header_key = hkdf(mk, b"cloakfs v1 share-header", salt=vid)
+        args = args[4:]
+    backing, identity_file, output = args[:3]
+    gnupghome = args[3] if len(args) > 3 else None
     data = open(backing, "rb").read()
     ids = [] if identity_file == "-" else [
         pyrage.x25519.Identity.from_str(l.strip())
         for l in open(identity_file).read().splitlines()
         if l.strip().startswith("AGE-SECRET-KEY-1")]
-    version, fid, entries, body, mac = parse_header(data)
+    version, fid, entries, body, mac, vmac = parse_header(data)
+    if header_key is not None:
+        if vmac is None:
+            raise Refused("the header has no volume MAC (made without the volume key)")
+        want = hmac.new(header_key, b"cloakfs shared header volume mac\n" + body + mac,
+                        hashlib.sha256).digest()
+        if not hmac.compare_digest(want, vmac):
+            raise Refused("the header failed authentication under the volume key")
     fk = None
     for kind, _, sealed, wfk in entries:
         if version == 3 and kind == 2:

@@ -208,9 +208,24 @@ echo "run.sh: a copy of a reverse view decrypts to its plaintext directory"
 shared="$here/decrypt_shared_file.py"
 vectors="$root/crates/cloakfs-core/tests/vectors"
 sed -n 's/^| age X25519 identity | `\(AGE-SECRET-KEY-1[^`]*\)`.*/\1/p' "$root/docs/FORMAT.md" >"$tmp/vector.key"
-for v in shared-file.bin shared-file-v2.bin; do
+for v in shared-file.bin shared-file-v2.bin shared-file-mac.bin; do
     python3 "$shared" "$vectors/$v" "$tmp/vector.key" "$tmp/shared.out"
     printf 'cloakfs partial block\n' | cmp - "$tmp/shared.out"
+done
+# The volume MAC (FORMAT.md 18.2) under the master key and volume ID of 15.1: required, so the
+# header without it is refused, and one flipped bit of it too.
+vkey="--master-key 000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f
+    --volume-id a0a1a2a3a4a5a6a7a8a9aaabacadaeaf"
+python3 "$shared" $vkey "$vectors/shared-file-mac.bin" "$tmp/vector.key" "$tmp/shared.out"
+printf 'cloakfs partial block\n' | cmp - "$tmp/shared.out"
+python3 -c "import sys; b=bytearray(open(sys.argv[1],'rb').read()); i=b.index(bytes(64), 20); b[i-1]^=1; open(sys.argv[2],'wb').write(b)" \
+    "$vectors/shared-file-mac.bin" "$tmp/flipped-vmac"
+for bad in "$vectors/shared-file.bin" "$tmp/flipped-vmac"; do
+    if python3 "$shared" $vkey "$bad" "$tmp/vector.key" "$tmp/x" 2>"$tmp/vmac.err" ||
+        ! grep -q "volume" "$tmp/vmac.err"; then
+        echo "run.sh: a shared header without a right volume MAC was accepted: $bad" >&2
+        exit 1
+    fi
 done
 team="$tmp/team"
 mkdir -p "$team"

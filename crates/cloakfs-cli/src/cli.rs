@@ -84,6 +84,8 @@ pub enum Command {
     Export(crate::commands::export::ExportArgs),
     /// Move the volume to a fresh master key, re-encrypting every file and name.
     Rekey(crate::commands::rekey::RekeyArgs),
+    /// Bring a volume made by an older cloakfs to the current format (offline).
+    Upgrade(crate::commands::upgrade::UpgradeArgs),
     /// Run the multi-user daemon (root): one tree of attaches and a control socket.
     Daemon(crate::commands::serve::DaemonArgs),
     /// Add a volume to the daemon's tree (e.g. /crypt/NAME), unlocked here.

@@ -126,6 +126,7 @@ fn main() -> ExitCode {
         Command::Fsck(a) => commands::fsck::run(a),
         Command::Export(a) => commands::export::run(a),
         Command::Rekey(a) => commands::rekey::run(a),
+        Command::Upgrade(a) => commands::upgrade::run(a),
         Command::Daemon(a) => commands::serve::run(a),
         Command::Attach(a) => commands::attach::run_attach(a),
         Command::Detach(a) => commands::attach::run_detach(a),
@@ -164,6 +165,7 @@ fn reads_secret(command: &Command) -> bool {
         | Command::Fsck(_)
         | Command::Export(_)
         | Command::Rekey(_)
+        | Command::Upgrade(_)
         | Command::Daemon(_)
         | Command::Attach(_)
         | Command::Authz(_)

@@ -40,6 +40,14 @@ pub fn join_as_member(args: &UnlockArgs, volume: Volume) -> Result<Volume> {
     if !volume.is_sharing() || (args.identity.is_empty() && !args.gpg) {
         return Ok(volume);
     }
+    if !volume.config().params.shared_header_mac {
+        eprintln!(
+            "cloakfs: warning: this sharing volume was made before file headers were \
+             authenticated under the volume key: whoever can write its storage can plant a file \
+             that you then read and write. Unmount it everywhere and run `cloakfs upgrade \
+             CIPHERDIR` once."
+        );
+    }
     if args.identity.is_empty() {
         return Ok(volume.join_as(Member::gpg_only(Default::default(), None)?)?);
     }

@@ -1045,3 +1045,194 @@ fn bad_gpg_recipients_fail_with_one_clear_line() {
         "not a sharing volume",
     );
 }
+
+/// What a storage attacker who holds no key and is no member makes (issue 40, attack 1): a
+/// file key of their choosing wrapped to `recipients` (public keys, which they know), a list
+/// MAC under it, and one block of `text`, written over backing file `backing`. Their header
+/// MAC key is anything but the volume's.
+fn plant_forged_file(backing: &Path, recipients: &[String], text: &[u8]) {
+    use cloakfs_core::crypto::secret::SecretBytes;
+    use cloakfs_core::format::content::{ContentCodec, ContentSuite};
+    use cloakfs_core::format::filekey::HeaderMacKey;
+    let not_the_volume_s = HeaderMacKey::new(SecretBytes::random(), false);
+    let codec =
+        ContentCodec::new_wrapped(ContentSuite::Aes256Gcm, 4096, false, None, not_the_volume_s);
+    let (header, opened) = codec.fresh_header(recipients).unwrap();
+    let mut block = vec![0u8; text.len() + 28];
+    opened.cipher.seal(0, text, &mut block);
+    std::fs::write(backing, [header, block].concat()).unwrap();
+}
+
+fn is_eio(r: std::io::Result<impl Sized>) -> bool {
+    r.is_err_and(|e| e.raw_os_error() == Some(libc::EIO))
+}
+
+/// Issue 40, attack 1: a file planted by the storage (a key of the attacker's wrapped to the
+/// owner and to the attacker) is refused by the mount, `cat` and `fsck`; the owner never
+/// reads the planted text nor writes under the attacker's key.
+#[test]
+fn a_file_planted_without_the_volume_key_is_refused() {
+    let t = team();
+    let (_, attacker) = age_key(t.f.tmp.path(), "attacker.key");
+    let ma = t.mount(&t.alice, "alice");
+    std::fs::write(ma.0.join("notes.txt"), "mine\n").unwrap();
+    ma.unmount();
+    let backing = only_file(&t.f.cipher);
+    plant_forged_file(&backing, &[t.alice.1.clone(), attacker], b"planted\n");
+    let planted = std::fs::read(&backing).unwrap();
+
+    let ma = t.mount(&t.alice, "alice");
+    assert!(is_eio(std::fs::read(ma.0.join("notes.txt"))));
+    let append = std::fs::OpenOptions::new()
+        .append(true)
+        .open(ma.0.join("notes.txt"))
+        .and_then(|mut f| std::io::Write::write_all(&mut f, b"secret\n"));
+    assert!(is_eio(append));
+    let truncate = std::fs::write(ma.0.join("notes.txt"), "secret\n");
+    assert!(
+        truncate.is_err(),
+        "an O_TRUNC rewrite kept the planted list"
+    );
+    ma.unmount();
+    // Nothing of the owner's went into the planted file.
+    assert_eq!(std::fs::read(&backing).unwrap(), planted);
+    assert_fails(&t.cat(&t.alice, "notes.txt"), 6, "volume key");
+    let out =
+        t.f.run(&["fsck", s(&t.f.cipher), "--identity", s(&t.alice.0)]);
+    assert!(!out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("/notes.txt") && text.contains("volume key"),
+        "{text}"
+    );
+    // fsck needs no member identity to see it: the volume key is enough.
+    let out =
+        t.f.run(&["fsck", s(&t.f.cipher), "--passfile", s(&t.f.pass)]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("volume key"));
+}
+
+/// The config of `t`'s volume and its file headers as a cloakfs before 2026-11-28 made them:
+/// no `shared_header_mac`, no volume MAC in any header.
+fn as_made_before_header_macs(t: &Team) {
+    use cloakfs_core::crypto::secret::Passphrase;
+    use cloakfs_core::format::filekey::SharedHeader;
+    let pass = std::fs::read(&t.f.pass).unwrap();
+    let pass = Passphrase::new(pass.trim_ascii_end().to_vec());
+    let volume = cloakfs_core::Volume::unlock(&t.f.cipher, &pass).unwrap();
+    let mut config = volume.config().clone();
+    config.params.shared_header_mac = false;
+    config.seal(volume.master_key());
+    config.save(&t.f.cipher).unwrap();
+    for e in std::fs::read_dir(&t.f.cipher).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        if name.starts_with("cloakfs.") || !p.is_file() {
+            continue;
+        }
+        let mut b = std::fs::read(&p).unwrap();
+        let h = SharedHeader::parse(&b[..4096]).unwrap();
+        let at = h.volume_mac_offset().unwrap() as usize;
+        b[at..at + 32].fill(0);
+        std::fs::write(&p, b).unwrap();
+    }
+}
+
+/// A sharing volume made before header MACs: open to attack 1 (and told so at every mount),
+/// until `cloakfs upgrade`, after which a planted file is refused and the owner's files read
+/// as before.
+#[test]
+fn upgrade_closes_an_older_volume_to_planted_files() {
+    let t = team();
+    let (_, attacker) = age_key(t.f.tmp.path(), "attacker.key");
+    let ma = t.mount(&t.alice, "alice");
+    std::fs::write(ma.0.join("notes.txt"), "mine\n").unwrap();
+    std::fs::write(ma.0.join("other.txt"), "other\n").unwrap();
+    ma.unmount();
+    as_made_before_header_macs(&t);
+    let info = ok(&t.f.run(&["info", s(&t.f.cipher)]));
+    assert!(
+        info.contains("NOT authenticated under the volume key"),
+        "{info}"
+    );
+    let backing = std::fs::read_dir(&t.f.cipher)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            let name = [
+                "name",
+                "-d",
+                "--passfile",
+                s(&t.f.pass),
+                s(&t.f.cipher),
+                s(p),
+            ];
+            !p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("cloakfs.")
+                && ok(&t.f.run(&name)).contains("other.txt")
+        })
+        .expect("other.txt's backing file");
+    let genuine = std::fs::read(&backing).unwrap();
+    // The attack as it stands on such a volume: the planted text is served as the owner's.
+    plant_forged_file(
+        &backing,
+        &[t.alice.1.clone(), attacker.clone()],
+        b"planted\n",
+    );
+    let mnt = t.f.tmp.path().join("old");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let out = t.f.run(&[
+        "mount",
+        "--identity",
+        s(&t.alice.0),
+        s(&t.f.cipher),
+        s(&mnt),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let old = MountGuard(mnt);
+    assert!(stderr(&out).contains("cloakfs upgrade"), "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read_to_string(old.0.join("notes.txt")).unwrap(),
+        "mine\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(old.0.join("other.txt")).unwrap(),
+        "planted\n"
+    );
+    // Refused while mounted, in one line, and nothing changes.
+    assert_fails(
+        &t.f.run(&["upgrade", "--passfile", s(&t.f.pass), s(&t.f.cipher)]),
+        8,
+        "unmount it first",
+    );
+    old.unmount();
+    std::fs::write(&backing, &genuine).unwrap();
+
+    let up = ok(&t
+        .f
+        .run(&["upgrade", "--passfile", s(&t.f.pass), s(&t.f.cipher)]));
+    assert!(up.contains("2 file headers"), "{up}");
+    let again = ok(&t
+        .f
+        .run(&["upgrade", "--passfile", s(&t.f.pass), s(&t.f.cipher)]));
+    assert!(again.contains("current format already"), "{again}");
+    let info = ok(&t.f.run(&["info", s(&t.f.cipher)]));
+    assert!(
+        info.contains("headers authenticated under the volume key"),
+        "{info}"
+    );
+
+    // The owner's files read as before; one planted now is refused.
+    assert_eq!(ok(&t.cat(&t.alice, "other.txt")), "other\n");
+    plant_forged_file(&backing, &[t.alice.1.clone(), attacker], b"planted\n");
+    let ma = t.mount(&t.alice, "alice");
+    let out = ma.0.clone();
+    assert_eq!(
+        std::fs::read_to_string(out.join("notes.txt")).unwrap(),
+        "mine\n"
+    );
+    assert!(is_eio(std::fs::read(out.join("other.txt"))));
+    ma.unmount();
+}

@@ -6,11 +6,20 @@ use crate::crypto::secret::Passphrase;
 use crate::error::{Error, Result};
 use crate::format::config::{FileKeys, SlotRandomness, VolumeConfig, VolumeParams, CONFIG_FILE};
 use crate::format::content::ContentCodec;
-use crate::format::filekey::Member;
+use crate::format::filekey::{HeaderMacKey, Member};
 use crate::format::meta::MetaCodec;
 use crate::format::names::{DirId, NameCodec};
 use std::path::Path;
 use std::sync::Arc;
+
+/// The header key of sharing volume `config` under master key `mk` (FORMAT.md section 18.2).
+pub fn header_mac_key(config: &VolumeConfig, mk: &MasterKey) -> HeaderMacKey {
+    let p = &config.params;
+    HeaderMacKey::new(
+        mk.subkey(&p.volume_id, label::SHARE_HEADER),
+        p.shared_header_mac,
+    )
+}
 
 /// The codecs of an unlocked volume. Dropping it wipes every key.
 #[derive(Debug)]
@@ -36,9 +45,13 @@ impl Volume {
                 p.strict_holes,
                 mk.subkey(id, label::CONTENT),
             ),
-            FileKeys::Wrapped => {
-                ContentCodec::new_wrapped(p.content, p.block_size, p.strict_holes, None)
-            }
+            FileKeys::Wrapped => ContentCodec::new_wrapped(
+                p.content,
+                p.block_size,
+                p.strict_holes,
+                None,
+                header_mac_key(&config, mk),
+            ),
         });
         let names = NameCodec::new(mk.subkey(id, label::NAMES), p.long_name_max);
         let meta = MetaCodec::new(
@@ -156,6 +169,7 @@ impl Volume {
             p.block_size,
             p.strict_holes,
             Some(member),
+            header_mac_key(&self.config, &self.master_key),
         ));
         Ok(self)
     }

@@ -6,7 +6,7 @@
 use age::secrecy::ExposeSecret;
 use cloakfs_core::crypto::kdf::Argon2Params;
 use cloakfs_core::crypto::secret::Passphrase;
-use cloakfs_core::format::config::{FileKeys, VolumeParams};
+use cloakfs_core::format::config::VolumeParams;
 use cloakfs_core::format::filekey::{grant, FileKeySource, Member, SharedHeader};
 use cloakfs_core::io::file::ContentFile;
 use cloakfs_core::slots::recipient::Identities;
@@ -48,14 +48,10 @@ impl Person {
 
 fn volume(dir: &Path, sharing: bool) -> Volume {
     let pass = Passphrase::new(b"pw".to_vec());
-    let params = VolumeParams {
-        file_keys: if sharing {
-            FileKeys::Wrapped
-        } else {
-            FileKeys::Derived
-        },
-        ..VolumeParams::new()
-    };
+    let mut params = VolumeParams::new();
+    if sharing {
+        params.make_sharing();
+    }
     drop(Volume::create(dir, params, &pass, CHEAP).unwrap());
     Volume::unlock(dir, &pass).unwrap()
 }

@@ -135,6 +135,7 @@ fn params() -> VolumeParams {
         long_name_max: 255,
         strict_holes: false,
         file_keys: Default::default(),
+        shared_header_mac: false,
         adopted: false,
     }
 }
@@ -180,6 +181,18 @@ const EXPECTED: &[(&str, &str)] = &[
     (
         "shared.wrapped",
         "49ec75737216b4bb7a0df8146cb4f59b05832586a18f17d1cb9b47a979a7582581f1442e4355c40063b326c7214a1aa4",
+    ),
+    (
+        "shared.key.header",
+        "b477a2769c0fe6642e4afd2656c5d35439670ca470d3a0ec78f8359e09b584bb",
+    ),
+    (
+        "shared.header.volume_mac",
+        "2063496573b8107122d18181427f9cf1b65fb9811d2f61712365bad46c831fce",
+    ),
+    (
+        "shared.header-mac.sha256",
+        "d2cd84ca4775eebdb250e3708b64bf36169b76580d6a0935b70700c2ded22a05",
     ),
     (
         "shared.header.mac",
@@ -1516,12 +1529,26 @@ fn shared_file(v3: bool) -> (Vec<u8>, Vec<u8>) {
     )
     .unwrap();
     let bytes = header.to_bytes().unwrap();
-    let codec = ContentCodec::new_wrapped(ContentSuite::Aes256Gcm, 4096, false, None);
+    let codec = ContentCodec::new_wrapped(
+        ContentSuite::Aes256Gcm,
+        4096,
+        false,
+        None,
+        header_key(false),
+    );
     let cipher =
         codec.cipher_from_file_key(file_id(), &SecretBytes::from_slice(&shared_file_key()));
     let mut block = vec![0u8; PARTIAL_PLAIN.len() + 28];
     cipher.seal_with_nonce(0, &gcm_nonce(), PARTIAL_PLAIN, &mut block);
     (bytes, block)
+}
+
+/// The header key of the 15.1 volume (section 18.2), the volume MAC `required` or not.
+fn header_key(required: bool) -> cloakfs_core::format::filekey::HeaderMacKey {
+    cloakfs_core::format::filekey::HeaderMacKey::new(
+        master_key().subkey(&volume_id(), "share-header"),
+        required,
+    )
 }
 
 /// AES-256-SIV (RFC 5297) of `fk` under `w` with the one header `id`, from RustCrypto's aes-siv.
@@ -1547,8 +1574,7 @@ fn shared_header_vectors() {
 
 /// Section 18.6: the version-3 header (written today) and the version-2 one (still read).
 fn shared_header_vector(v3: bool) {
-    use cloakfs_core::format::filekey::{FileKeySource, Member, SharedHeader};
-    use cloakfs_core::slots::recipient;
+    use cloakfs_core::format::filekey::{FileKeySource, SharedHeader};
     let (header, block) = shared_file(v3);
     assert_eq!(header.len(), 4096);
     let fk = shared_file_key();
@@ -1602,15 +1628,12 @@ fn shared_header_vector(v3: bool) {
     assert_eq!(block, [gcm_nonce().as_slice(), &ct, &tag].concat());
 
     // The identity of 15.1 opens the committed file through cloakfs's own reader.
-    let mut ids = recipient::Identities::new();
-    ids.add_file(AGE_IDENTITY.as_bytes(), "vector", age::NoCallbacks)
-        .unwrap();
-    let member = Member::new(ids, AGE_RECIPIENT.to_string()).unwrap();
     let codec = Arc::new(ContentCodec::new_wrapped(
         ContentSuite::Aes256Gcm,
         4096,
         false,
-        Some(member),
+        Some(vector_member()),
+        header_key(false),
     ));
     let name = if v3 {
         "shared-file.bin"
@@ -1639,6 +1662,7 @@ fn shared_header_vector(v3: bool) {
     assert!(SharedHeader::parse(&header).unwrap().verify(&fk).is_ok());
 
     if v3 {
+        shared_volume_mac_vector(&header, &block, &body, &mac);
         check(&[
             ("shared.key.block", hex(&block_key)),
             ("shared.key.list", hex(&list_key)),
@@ -1653,4 +1677,76 @@ fn shared_header_vector(v3: bool) {
             ("shared.v2.header.sha256", hex(&Sha256::digest(&header))),
         ]);
     }
+}
+
+/// Section 18.2 and 18.6: the volume MAC of the version-3 header under the 15.1 master key, the
+/// committed file that carries it, and a volume that requires it refusing the header without.
+fn shared_volume_mac_vector(header: &[u8], block: &[u8], body: &[u8], mac: &[u8]) {
+    use cloakfs_core::format::filekey::SharedHeader;
+    let key = hkdf(
+        master_key().expose(),
+        Some(&volume_id()),
+        b"cloakfs v1 share-header",
+        32,
+    );
+    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&key).unwrap();
+    m.update(b"cloakfs shared header volume mac\n");
+    m.update(body);
+    m.update(mac);
+    let volume_mac = m.finalize().into_bytes();
+    let parsed = SharedHeader::parse(header).unwrap();
+    assert_eq!(header_key(true).compute(&parsed).unwrap(), volume_mac[..]);
+    let mut with_mac = header.to_vec();
+    let at = body.len() + 32;
+    with_mac[at..at + 32].copy_from_slice(&volume_mac);
+    let name = "shared-file-mac.bin";
+    let whole = [with_mac.clone(), block.to_vec()].concat();
+    if std::env::var_os("GENERATE_SHARED_VECTOR").is_some() {
+        fs::write(vectors_dir().join(name), &whole).unwrap();
+    } else {
+        assert_eq!(
+            fs::read(vectors_dir().join(name)).unwrap(),
+            whole,
+            "tests/vectors/{name}"
+        );
+    }
+    let codec = Arc::new(ContentCodec::new_wrapped(
+        ContentSuite::Aes256Gcm,
+        4096,
+        false,
+        Some(vector_member()),
+        header_key(true),
+    ));
+    let cf = ContentFile::open(
+        codec.clone(),
+        fs::File::open(vectors_dir().join(name)).unwrap(),
+    )
+    .unwrap();
+    let mut out = vec![0u8; PARTIAL_PLAIN.len()];
+    assert_eq!(cf.read_at(0, &mut out).unwrap(), PARTIAL_PLAIN.len());
+    assert_eq!(out, PARTIAL_PLAIN);
+    // The same header without the volume MAC, and with a flipped one: tampering.
+    for bad in [header.to_vec(), {
+        let mut b = with_mac.clone();
+        b[at] ^= 1;
+        b
+    }] {
+        assert!(matches!(
+            codec.open_header(&bad),
+            Err(cloakfs_core::Error::Tampered(_))
+        ));
+    }
+    check(&[
+        ("shared.key.header", hex(&key)),
+        ("shared.header.volume_mac", hex(&volume_mac)),
+        ("shared.header-mac.sha256", hex(&Sha256::digest(&with_mac))),
+    ]);
+}
+
+/// The member of the shared-file vectors: the age identity of 15.1.
+fn vector_member() -> cloakfs_core::format::filekey::Member {
+    let mut ids = cloakfs_core::slots::recipient::Identities::new();
+    ids.add_file(AGE_IDENTITY.as_bytes(), "vector", age::NoCallbacks)
+        .unwrap();
+    cloakfs_core::format::filekey::Member::new(ids, AGE_RECIPIENT.to_string()).unwrap()
 }

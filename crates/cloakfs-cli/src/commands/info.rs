@@ -2,7 +2,7 @@
 
 use crate::failure::Result;
 use clap::Args;
-use cloakfs_core::format::config::{config_path, VolumeConfig, FORMAT_VERSION};
+use cloakfs_core::format::config::{config_path, FileKeys, VolumeConfig, FORMAT_VERSION};
 use cloakfs_core::format::encoding::b64;
 use cloakfs_core::known_volumes::KnownVolumes;
 use std::path::PathBuf;
@@ -33,6 +33,16 @@ pub fn run(args: InfoArgs) -> Result<()> {
         if p.strict_holes { "strict" } else { "sparse" }
     );
     println!("long name max:   {}", p.long_name_max);
+    if p.file_keys == FileKeys::Wrapped {
+        println!(
+            "file keys:       per file, wrapped to recipients (a sharing volume); headers {}",
+            if p.shared_header_mac {
+                "authenticated under the volume key"
+            } else {
+                "NOT authenticated under the volume key (run `cloakfs upgrade`)"
+            }
+        );
+    }
     if let Some(k) = crate::commands::slots::describe_key_source(&c) {
         println!("key source:      {k}");
     }

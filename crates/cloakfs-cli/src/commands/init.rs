@@ -6,7 +6,7 @@ use crate::secret_input::read_new_passphrase;
 use clap::Args;
 use cloakfs_core::crypto::kdf::{Argon2Params, DEFAULT_MEMORY_KIB};
 use cloakfs_core::crypto::secret::Passphrase;
-use cloakfs_core::format::config::{FileKeys, VolumeParams};
+use cloakfs_core::format::config::VolumeParams;
 use cloakfs_core::format::content::ContentSuite;
 use cloakfs_core::format::names::{LONG_NAME_MAX_DEFAULT, LONG_NAME_MAX_MIN};
 use cloakfs_core::known_volumes::KnownVolumes;
@@ -124,7 +124,7 @@ fn volume_params(args: &InitArgs) -> VolumeParams {
     });
     params.strict_holes = args.strict_holes;
     if args.sharing {
-        params.file_keys = FileKeys::Wrapped;
+        params.make_sharing();
     }
     params.long_name_max = args.long_name_max;
     params.adopted = args.adopt;

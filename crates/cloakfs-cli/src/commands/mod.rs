@@ -21,3 +21,4 @@ pub mod setup_private;
 pub mod share;
 pub mod slots;
 pub mod unmount;
+pub mod upgrade;

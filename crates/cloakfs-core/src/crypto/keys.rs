@@ -36,6 +36,8 @@ pub mod label {
     pub const XTS_SHORT: &str = "xts-short";
     /// HMAC-SHA256 key of a reverse view's derived IDs and nonces (docs/FORMAT.md section 17).
     pub const REVERSE: &str = "reverse";
+    /// HMAC-SHA256 key of a sharing volume's file headers (docs/FORMAT.md section 18.2).
+    pub const SHARE_HEADER: &str = "share-header";
     /// The master key's public fingerprint, which a machine remembers per volume (key pinning).
     pub const FINGERPRINT: &str = "key-fingerprint";
 }

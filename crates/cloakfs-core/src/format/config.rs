@@ -32,6 +32,8 @@ pub const MAC_DOMAIN: &str = "cloakfs config v1\n";
 pub const WRAP_DOMAIN: &str = "cloakfs slot v1\n";
 /// Largest config file this build will read (a damaged config must not exhaust memory).
 pub const CONFIG_MAX_BYTES: u64 = 1 << 20;
+/// Value of the volume field `shared_header_mac`: the one MAC defined for sharing headers.
+pub const SHARED_HEADER_MAC: &str = "hmac-sha256";
 
 pub use crate::slots::{kind, KeySlot, SlotRandomness};
 
@@ -57,6 +59,11 @@ pub struct VolumeParams {
     pub adopted: bool,
     /// Where each file's content key comes from (volume field `file_keys`).
     pub file_keys: FileKeys,
+    /// A sharing volume whose every file header carries a MAC under the volume's header key
+    /// (`shared_header_mac = "hmac-sha256"`, FORMAT.md section 18.2): a header made without
+    /// the volume key is refused. Set on every sharing volume made now, and by `cloakfs
+    /// upgrade` on older ones.
+    pub shared_header_mac: bool,
 }
 
 /// Where each file's content key comes from.
@@ -80,8 +87,16 @@ impl VolumeParams {
             long_name_max: LONG_NAME_MAX_DEFAULT,
             strict_holes: false,
             file_keys: FileKeys::Derived,
+            shared_header_mac: false,
             adopted: false,
         }
+    }
+
+    /// Makes these the parameters of a sharing volume as made now: file keys wrapped to
+    /// recipients, every file header authenticated under the volume key.
+    pub fn make_sharing(&mut self) {
+        self.file_keys = FileKeys::Wrapped;
+        self.shared_header_mac = true;
     }
 
     fn to_fields(&self) -> Fields {
@@ -101,6 +116,9 @@ impl VolumeParams {
         if self.file_keys == FileKeys::Wrapped {
             f.insert("file_keys".into(), "age".into());
         }
+        if self.shared_header_mac {
+            f.insert("shared_header_mac".into(), SHARED_HEADER_MAC.into());
+        }
         if self.adopted {
             f.insert("plaintext_entries".into(), "adopted".into());
         }
@@ -108,8 +126,9 @@ impl VolumeParams {
     }
 
     fn from_fields(f: &Fields) -> Result<Self> {
-        const KNOWN: [&str; 9] = [
+        const KNOWN: [&str; 10] = [
             "file_keys",
+            "shared_header_mac",
             "format_version",
             "volume_id",
             "content_cipher",
@@ -183,6 +202,20 @@ impl VolumeParams {
                 )))
             }
         };
+        let shared_header_mac = match f.get("shared_header_mac").map(String::as_str) {
+            None => false,
+            Some(SHARED_HEADER_MAC) if file_keys == FileKeys::Wrapped => true,
+            Some(SHARED_HEADER_MAC) => {
+                return Err(Error::ConfigDamaged(
+                    "shared_header_mac on a volume that is not a sharing volume".into(),
+                ))
+            }
+            Some(other) => {
+                return Err(Error::ConfigDamaged(format!(
+                    "unknown shared_header_mac {other:?} (made by a newer cloakfs?)"
+                )))
+            }
+        };
         let adopted = match f.get("plaintext_entries").map(String::as_str) {
             None => false,
             Some("adopted") => true,
@@ -200,6 +233,7 @@ impl VolumeParams {
             long_name_max,
             strict_holes,
             file_keys,
+            shared_header_mac,
         })
     }
 }

@@ -24,7 +24,7 @@ use crate::crypto::locked::LockedBox;
 use crate::crypto::secret::SecretBytes;
 use crate::error::{Error, Result};
 use crate::format::filekey::{
-    DerivedKeys, FileKeySource, Member, OpenedHeader, SharedHeader, WrappedKeys,
+    DerivedKeys, FileKeySource, HeaderMacKey, Member, OpenedHeader, WrappedKeys,
 };
 use crate::format::layout::{Layout, HEADER_LEN};
 use chacha20poly1305::aead::{AeadInPlace, KeyInit};
@@ -226,14 +226,16 @@ impl ContentCodec {
     }
 
     /// A codec of a sharing volume: every file's key is random and wrapped to its recipients
-    /// in its header, opened with `member`'s identities (`None`: no file opens).
+    /// in its header, opened with `member`'s identities (`None`: no file opens), every header
+    /// authenticated under `header_mac`.
     pub fn new_wrapped(
         suite: ContentSuite,
         block_size: u64,
         strict_holes: bool,
         member: Option<Member>,
+        header_mac: HeaderMacKey,
     ) -> Self {
-        let keys = FileKeySource::Wrapped(Box::new(WrappedKeys::new(member)));
+        let keys = FileKeySource::Wrapped(Box::new(WrappedKeys::new(member, header_mac)));
         Self {
             suite,
             layout: Layout::new(block_size, suite.overhead()).with_header_len(keys.header_len()),
@@ -262,7 +264,7 @@ impl ContentCodec {
                         recipients,
                     });
                 }
-                let h = SharedHeader::parse(header)?;
+                let h = w.parse_header(header)?;
                 let fk = w.file_key(&h)?;
                 let key = FileKeySource::block_key(&HkdfKey::new(None, fk.expose()), &h.id);
                 let recipients = h.recipients();

@@ -40,6 +40,10 @@ pub const SHARED_HEADER_LEN: u64 = 4096;
 const FIXED_LEN: usize = 2 + 16 + 2;
 /// Length of the list MAC.
 pub const LIST_MAC_LEN: usize = 32;
+/// Length of the volume MAC that follows the list MAC on a volume with `shared_header_mac`.
+pub const VOLUME_MAC_LEN: usize = 32;
+/// First bytes of the volume MAC's input.
+const VOLUME_MAC_DOMAIN: &[u8] = b"cloakfs shared header volume mac\n";
 /// HKDF label of the list MAC key.
 pub const LIST_LABEL: &str = "share-list";
 /// Length of a recipient key `W` (an AES-256-SIV key).
@@ -119,6 +123,9 @@ pub struct SharedHeader {
     pub grants: Vec<Grant>,
     /// HMAC of everything before it, keyed from the file key.
     pub mac: [u8; LIST_MAC_LEN],
+    /// HMAC of everything before it (the list MAC included) under the volume's header key,
+    /// if the header carries one ([`HeaderMacKey`]).
+    pub volume_mac: Option<[u8; VOLUME_MAC_LEN]>,
 }
 
 fn damaged(m: &str) -> Error {
@@ -166,7 +173,9 @@ impl SharedHeader {
                 }
             }
         }
-        if b.len() + LIST_MAC_LEN > SHARED_HEADER_LEN as usize {
+        // Room for both MACs is kept in every header, so that `cloakfs upgrade` can add the
+        // volume MAC to any header written before.
+        if b.len() + LIST_MAC_LEN + VOLUME_MAC_LEN > SHARED_HEADER_LEN as usize {
             return Err(too_many());
         }
         Ok(b)
@@ -206,15 +215,30 @@ impl SharedHeader {
             id,
             grants,
             mac,
+            volume_mac: None,
         })
     }
 
-    /// Serializes to exactly [`SHARED_HEADER_LEN`] bytes (zero padding after the MAC).
-    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+    /// The bytes the volume MAC covers: everything up to the end of the list MAC.
+    fn signed_bytes(&self) -> Result<Vec<u8>> {
         let mut b = Self::body(self.version, &self.id, &self.grants)?;
         b.extend_from_slice(&self.mac);
+        Ok(b)
+    }
+
+    /// Serializes to exactly [`SHARED_HEADER_LEN`] bytes (the MACs, then zero padding).
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        let mut b = self.signed_bytes()?;
+        if let Some(v) = &self.volume_mac {
+            b.extend_from_slice(v);
+        }
         b.resize(SHARED_HEADER_LEN as usize, 0);
         Ok(b)
+    }
+
+    /// Offset of the volume MAC in the header's bytes (right after the list MAC).
+    pub fn volume_mac_offset(&self) -> Result<u64> {
+        Ok(self.signed_bytes()?.len() as u64)
     }
 
     /// Parses a header of [`SHARED_HEADER_LEN`] bytes (or more: the rest is ignored).
@@ -274,6 +298,15 @@ impl SharedHeader {
             .map_err(|_| damaged("MAC past the end"))?
             .try_into()
             .expect("32 bytes");
+        // A volume MAC, where the volume has them, follows the list MAC; whether it must be
+        // there, and whether it is right, is the volume's to check (HeaderMacKey::check).
+        let volume_mac = b
+            .get(at..at + VOLUME_MAC_LEN)
+            .filter(|v| v.iter().any(|&x| x != 0))
+            .map(|v| v.try_into().expect("32 bytes"));
+        if volume_mac.is_some() {
+            at += VOLUME_MAC_LEN;
+        }
         if b[at..].iter().any(|&x| x != 0) {
             return Err(damaged("non-zero padding"));
         }
@@ -282,6 +315,7 @@ impl SharedHeader {
             id,
             grants,
             mac,
+            volume_mac,
         })
     }
 
@@ -298,6 +332,70 @@ impl SharedHeader {
     /// The recipients' public keys, in order.
     pub fn recipients(&self) -> Vec<String> {
         self.grants.iter().map(|g| g.recipient.clone()).collect()
+    }
+}
+
+/// The volume's header key, HKDF(master key, "share-header"): only members hold it, so a header
+/// that carries its MAC was made by a member, whoever can write the storage. `required`: the
+/// volume has `shared_header_mac`, so a header without the MAC is refused (and every header
+/// written carries one); otherwise headers are written without it, as by older versions, and
+/// one that has it (written by `cloakfs upgrade` before it finished) is still checked.
+pub struct HeaderMacKey {
+    key: SecretBytes<32>,
+    required: bool,
+}
+
+impl HeaderMacKey {
+    /// The header key `key` of a volume that does (`required`) or does not yet have
+    /// `shared_header_mac`.
+    pub fn new(key: SecretBytes<32>, required: bool) -> Self {
+        Self { key, required }
+    }
+
+    /// Whether every header must carry the volume MAC.
+    pub fn required(&self) -> bool {
+        self.required
+    }
+
+    /// The volume MAC of `h` (its bytes up to the end of the list MAC).
+    pub fn compute(&self, h: &SharedHeader) -> Result<[u8; VOLUME_MAC_LEN]> {
+        let mut m =
+            <Hmac<Sha256> as Mac>::new_from_slice(self.key.expose()).expect("any key length");
+        m.update(VOLUME_MAC_DOMAIN);
+        m.update(&h.signed_bytes()?);
+        Ok(m.finalize().into_bytes().into())
+    }
+
+    /// Checks `h`'s volume MAC: a wrong one is tampering, and so is a missing one where the
+    /// volume requires it.
+    pub fn check(&self, h: &SharedHeader) -> Result<()> {
+        match &h.volume_mac {
+            Some(v) => {
+                let want = self.compute(h)?;
+                if subtle::ConstantTimeEq::ct_eq(&want[..], &v[..]).into() {
+                    Ok(())
+                } else {
+                    Err(damaged(
+                        "it failed authentication under the volume key (made by someone \
+                         who does not hold it)",
+                    ))
+                }
+            }
+            None if self.required => Err(damaged(
+                "it has no volume MAC (made by someone who does not hold the volume key)",
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Gives `h` its volume MAC where the volume requires one.
+    fn seal(&self, h: &mut SharedHeader) -> Result<()> {
+        h.volume_mac = if self.required {
+            Some(self.compute(h)?)
+        } else {
+            None
+        };
+        Ok(())
     }
 }
 
@@ -585,6 +683,7 @@ pub struct DerivedKeys(pub(crate) HkdfKey);
 /// codec: public-key operations are per recipient key, not per file).
 pub struct WrappedKeys {
     member: Option<Member>,
+    header_mac: HeaderMacKey,
     opened: Mutex<HashMap<FileId, SecretBytes<32>>>,
     /// Recipient keys this process made, by the recipient's short key.
     made: Mutex<HashMap<String, MadeKey>>,
@@ -613,10 +712,12 @@ fn no_member() -> Error {
 }
 
 impl WrappedKeys {
-    /// Keys opened by `member` (`None`: every shared file is refused).
-    pub fn new(member: Option<Member>) -> Self {
+    /// Keys opened by `member` (`None`: every shared file is refused), headers authenticated
+    /// under `header_mac`.
+    pub fn new(member: Option<Member>, header_mac: HeaderMacKey) -> Self {
         Self {
             member,
+            header_mac,
             opened: Mutex::new(HashMap::new()),
             made: Mutex::new(HashMap::new()),
             unsealed: Mutex::new(HashMap::new()),
@@ -628,6 +729,32 @@ impl WrappedKeys {
     /// The member files are opened as.
     pub fn member(&self) -> Option<&Member> {
         self.member.as_ref()
+    }
+
+    /// The volume's header key.
+    pub fn header_mac(&self) -> &HeaderMacKey {
+        &self.header_mac
+    }
+
+    /// Parses header `b` and checks its volume MAC ([`HeaderMacKey::check`]); the recipient
+    /// list is checked under the file key by [`WrappedKeys::file_key`].
+    pub fn parse_header(&self, b: &[u8]) -> Result<SharedHeader> {
+        let h = SharedHeader::parse(b)?;
+        self.header_mac.check(&h)?;
+        Ok(h)
+    }
+
+    /// A version-3 header of `id` granted by `grants`, under file key `fk` and, where the
+    /// volume requires it, the volume's header key.
+    pub fn seal_header(
+        &self,
+        fk: &[u8; 32],
+        id: FileId,
+        grants: Vec<Grant>,
+    ) -> Result<SharedHeader> {
+        let mut h = SharedHeader::seal(fk, id, grants)?;
+        self.header_mac.seal(&mut h)?;
+        Ok(h)
     }
 
     /// How many public-key decryptions were done (an entry's age file or gpg message opened).
@@ -839,7 +966,7 @@ impl WrappedKeys {
         };
         let fk = random_file_key();
         let grants = self.seal_grants(&id, fk.expose(), &recipients)?;
-        let header = SharedHeader::seal(fk.expose(), id, grants)?;
+        let header = self.seal_header(fk.expose(), id, grants)?;
         self.remember(id, &fk);
         Ok((header, fk, recipients))
     }
@@ -857,7 +984,7 @@ impl WrappedKeys {
     ) -> Result<(Vec<u8>, Vec<String>, usize)> {
         let (id, fk, mut grants) = match header {
             Some(b) => {
-                let h = SharedHeader::parse(b)?;
+                let h = self.parse_header(b)?;
                 let fk = self.file_key(&h)?;
                 let grants = match h.version {
                     SHARED_HEADER_V2 => self.seal_grants(&h.id, fk.expose(), &h.recipients())?,
@@ -877,7 +1004,7 @@ impl WrappedKeys {
             .collect();
         grants.extend(self.seal_grants(&id, fk.expose(), &new)?);
         let recipients = grants.iter().map(|g| g.recipient.clone()).collect();
-        let h = SharedHeader::seal(fk.expose(), id, grants)?;
+        let h = self.seal_header(fk.expose(), id, grants)?;
         Ok((
             h.to_bytes()?,
             recipients,

@@ -8,5 +8,6 @@ pub mod paths;
 pub mod rekey;
 pub mod share;
 pub mod translate;
+pub mod upgrade;
 pub mod walk;
 pub mod writer;

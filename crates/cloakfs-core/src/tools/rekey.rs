@@ -745,7 +745,13 @@ impl<'a> Engine<'a> {
                 let t = meta.file_type();
                 if t.is_file() && self.to.is_sharing() {
                     // Its contents are under its own file key (FORMAT.md 18), not the master
-                    // key: only its xattrs move. (`share remove` gives a file a new key.)
+                    // key: only its header's volume MAC and its xattrs move. (`share remove`
+                    // gives a file a new key.)
+                    match crate::tools::share::reseal_header(self.from, self.to, &path) {
+                        Ok(_) => {}
+                        Err(Error::Io(e)) => return Err(e.into()),
+                        Err(e) => self.damaged(&path, e)?,
+                    }
                     self.xattrs(&path)?;
                     self.progress.advance(meta.len(), 1);
                     continue;

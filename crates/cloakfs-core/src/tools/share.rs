@@ -40,7 +40,7 @@ pub struct Listing {
 
 /// Reads the header of the backing file `backing` (`None`: an empty file, with no header).
 fn read_header(volume: &Volume, backing: &Path) -> Result<Option<SharedHeader>> {
-    wrapped(volume)?;
+    let w = wrapped(volume)?;
     let f = File::open(backing)?;
     let len = f.metadata()?.len();
     if len == 0 {
@@ -52,7 +52,7 @@ fn read_header(volume: &Volume, backing: &Path) -> Result<Option<SharedHeader>> 
     }
     let mut h = vec![0u8; hl as usize];
     f.read_exact_at(&mut h, 0)?;
-    Ok(Some(SharedHeader::parse(&h)?))
+    Ok(Some(w.parse_header(&h)?))
 }
 
 /// The recipients of the file at `backing`.
@@ -176,6 +176,32 @@ pub fn remove(volume: &Volume, backing: &Path, recipient: &str) -> Result<()> {
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+/// Moves the volume MAC of the header of backing file `backing` from `from`'s header key to
+/// `to`'s (FORMAT.md section 18.2): for a rekey (a new master key), or an upgrade (the MAC
+/// made required). A header already right under `to` is left as it is; one that is right
+/// under neither key is tampering. Only the MAC's 32 bytes are written, into the header's
+/// zero padding. Returns whether it wrote.
+pub fn reseal_header(from: &Volume, to: &Volume, backing: &Path) -> Result<bool> {
+    let (from_keys, to_keys) = (wrapped(from)?, wrapped(to)?);
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(backing)?;
+    let len = f.metadata()?.len();
+    let Some(bytes) = crate::io::header::read(to.content(), &f, len)? else {
+        return Ok(false);
+    };
+    let h = SharedHeader::parse(&bytes)?;
+    if to_keys.header_mac().check(&h).is_ok() {
+        return Ok(false);
+    }
+    from_keys.header_mac().check(&h)?;
+    let mac = to_keys.header_mac().compute(&h)?;
+    f.write_all_at(&mac, h.volume_mac_offset()?)?;
+    f.sync_data()?;
+    Ok(true)
 }
 
 fn temp_path(dir: &Path) -> PathBuf {
