@@ -28,7 +28,9 @@ use zeroize::Zeroizing;
 pub fn unlock(args: &UnlockArgs, cipherdir: &Path) -> Result<Volume> {
     let config = VolumeConfig::load(cipherdir)?;
     let u = open_config(args, &config, cipherdir, |_| true)?;
-    join_as_member(args, into_volume(config, u)?)
+    let volume = join_as_member(args, into_volume(config, u)?)?;
+    volume.keep_retired_ids(cipherdir);
+    Ok(volume)
 }
 
 /// A sharing volume opened with `--identity` opens its files as that member: the identities

@@ -765,7 +765,37 @@ fn rekey_keeps_every_file_s_recipients() {
         "--recipient",
         &t.bob.1,
     ]));
+    std::fs::write(ma.0.join("old.txt"), "old\n").unwrap();
+    ok(&cloakfs(&[
+        "share",
+        "add",
+        s(&ma.0.join("old.txt")),
+        "--recipient",
+        &t.bob.1,
+    ]));
     ma.unmount();
+    // A withdrawal before the rekey, and a copy of the file from before it: the record of the
+    // retired ID moves to the new key with everything else.
+    let old_backing = std::fs::read_dir(&t.f.cipher)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.is_file()
+                && !p
+                    .file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("cloakfs.")
+        })
+        .unwrap();
+    let old_copy = std::fs::read(&old_backing).unwrap();
+    ok(&t.remove_offline(&t.alice, "old.txt", &t.bob.1));
+    let record = || {
+        let dir = t.f.cipher.join("cloakfs.retired");
+        let e = std::fs::read_dir(dir).unwrap().next().unwrap().unwrap();
+        std::fs::read(e.path()).unwrap()
+    };
+    let record_before = record();
     let names = || -> Vec<String> {
         std::fs::read_dir(&t.f.cipher)
             .unwrap()
@@ -794,6 +824,25 @@ fn rekey_keeps_every_file_s_recipients() {
     let out =
         t.f.run(&["fsck", s(&t.f.cipher), "--identity", s(&t.alice.0)]);
     assert!(out.status.success(), "{}", stderr(&out));
+    std::fs::remove_file(&old_backing).ok();
+    let name = [
+        "name",
+        "--passfile",
+        s(&t.f.pass),
+        s(&t.f.cipher),
+        "old.txt",
+    ];
+    let new_backing = PathBuf::from(ok(&t.f.run(&name)).trim());
+    std::fs::write(&new_backing, &old_copy).unwrap();
+    let fresh = t.f.tmp.path().join("no-local-record");
+    let out = cat_on(&t, &fresh, &t.alice, "old.txt");
+    assert!(
+        stderr(&out).contains("authentication failed"),
+        "{}",
+        stderr(&out)
+    );
+    // The retirement record was re-made under the new key.
+    assert_ne!(record(), record_before);
 }
 
 /// Runs `cloakfs ARGS` of fixture `f` with `GNUPGHOME` = `home`.
@@ -1235,4 +1284,76 @@ fn upgrade_closes_an_older_volume_to_planted_files() {
     );
     assert!(is_eio(std::fs::read(out.join("other.txt"))));
     ma.unmount();
+}
+
+/// `cloakfs cat` of `path` as `who`, on a machine whose record of known volumes is `state`.
+fn cat_on(t: &Team, state: &Path, who: &(PathBuf, String), path: &str) -> Output {
+    t.f.bin()
+        .env("CLOAKFS_STATE_DIR", state)
+        .args(["cat", s(&t.f.cipher), path, "--identity", s(&who.0)])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// Issue 40, attack 2: the storage keeps a copy of a file, the owner withdraws it from bob,
+/// the storage puts the copy back. The copy (its file ID retired by the withdrawal) is refused
+/// on the owner's machine and on any machine that sees the volume's record; the owner's next
+/// writes never go under the key bob holds. With the volume's record deleted too, the owner's
+/// machine still refuses it.
+#[test]
+fn a_withdrawal_rolled_back_by_the_storage_is_refused() {
+    let t = team();
+    let ma = t.mount(&t.alice, "alice");
+    let plan = ma.0.join("plan.txt");
+    std::fs::write(&plan, "plan\n").unwrap();
+    ok(&cloakfs(&[
+        "share",
+        "add",
+        s(&plan),
+        "--recipient",
+        &t.bob.1,
+    ]));
+    let backing = only_file(&t.f.cipher);
+    let copy = std::fs::read(&backing).unwrap();
+    ok(&cloakfs(&[
+        "share",
+        "remove",
+        s(&plan),
+        "--recipient",
+        &t.bob.1,
+    ]));
+    ma.unmount();
+    std::fs::write(&backing, &copy).unwrap();
+
+    let ma = t.mount(&t.alice, "alice");
+    assert!(is_eio(std::fs::read(&plan)));
+    let append = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&plan)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, b"for alice only\n"));
+    assert!(is_eio(append));
+    ma.unmount();
+    assert_eq!(
+        std::fs::read(&backing).unwrap(),
+        copy,
+        "written under bob's key"
+    );
+    assert_fails(&t.cat(&t.alice, "plan.txt"), 6, "retired by `share remove`");
+    let out =
+        t.f.run(&["fsck", s(&t.f.cipher), "--identity", s(&t.alice.0)]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("rollback"));
+    // Another machine learns it from the volume's record (after its first-use notice).
+    let other = t.f.tmp.path().join("other-machine");
+    let out = cat_on(&t, &other, &t.alice, "plan.txt");
+    assert_eq!(out.status.code(), Some(6));
+    assert!(stderr(&out).contains("retired"), "{}", stderr(&out));
+    // The record rolled back too: what each machine has seen stays refused.
+    std::fs::remove_dir_all(t.f.cipher.join("cloakfs.retired")).unwrap();
+    assert_fails(&t.cat(&t.alice, "plan.txt"), 6, "retired");
+    assert_fails(&cat_on(&t, &other, &t.alice, "plan.txt"), 6, "retired");
+    // A machine that never saw either cannot tell (THREAT-MODEL says so).
+    let third = t.f.tmp.path().join("third-machine");
+    assert_eq!(ok(&cat_on(&t, &third, &t.alice, "plan.txt")), "plan\n");
 }

@@ -174,6 +174,24 @@ impl Volume {
         Ok(self)
     }
 
+    /// Has a sharing volume check file IDs against its retirement records in `cipherdir` and
+    /// this user's record on this machine (FORMAT.md section 18.8); `share remove` adds to
+    /// both. Nothing on other volumes.
+    pub fn keep_retired_ids(&self, cipherdir: &Path) {
+        let crate::format::filekey::FileKeySource::Wrapped(w) = self.content.key_source() else {
+            return;
+        };
+        let id = &self.config.params.volume_id;
+        let local = crate::known_volumes::state_dir()
+            .ok()
+            .map(|d| d.join("retired").join(crate::format::encoding::b64(id)));
+        w.keep_retired_in(Arc::new(crate::io::retired::RetiredIds::open(
+            cipherdir,
+            self.master_key.subkey(id, label::SHARE_RETIRED),
+            local,
+        )));
+    }
+
     /// Records which slot opened the volume and that slot's KEK, so `rekey` can re-wrap the
     /// slot around a new master key. Every unlock path through a slot should call this.
     pub fn with_unlocked_slot(mut self, slot_id: u32, kek: crate::slots::Kek) -> Self {

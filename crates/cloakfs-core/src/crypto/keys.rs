@@ -38,6 +38,8 @@ pub mod label {
     pub const REVERSE: &str = "reverse";
     /// HMAC-SHA256 key of a sharing volume's file headers (docs/FORMAT.md section 18.2).
     pub const SHARE_HEADER: &str = "share-header";
+    /// HMAC-SHA256 key of a sharing volume's retirement records (docs/FORMAT.md section 18.8).
+    pub const SHARE_RETIRED: &str = "share-retired";
     /// The master key's public fingerprint, which a machine remembers per volume (key pinning).
     pub const FINGERPRINT: &str = "key-fingerprint";
 }

@@ -27,8 +27,8 @@ use crate::slots::gpg;
 use crate::slots::recipient::{self, Identities, Loaded, Recipients};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// Version of the header written for a file whose key is wrapped to recipients.
 pub const SHARED_HEADER_VERSION: u16 = 3;
@@ -399,6 +399,23 @@ impl HeaderMacKey {
     }
 }
 
+/// Where a sharing volume keeps the IDs of files that `share remove` replaced (FORMAT.md section
+/// 18.8): a header with such an ID is an older copy put back, refused so that a removed
+/// member's key is never used for new data again. Implemented by `io::retired::RetiredIds`.
+pub trait RetiredFiles: Send + Sync {
+    /// Whether `id` was retired (here or, as far as this store knows, anywhere).
+    fn is_retired(&self, id: &FileId) -> bool;
+    /// Records that `id` is retired.
+    fn retire(&self, id: &FileId) -> Result<()>;
+}
+
+fn rolled_back() -> Error {
+    damaged(
+        "its file ID was retired by `share remove` (an older copy of the file was put back: \
+         a rollback)",
+    )
+}
+
 /// A 32-byte file key out of decrypted bytes.
 fn file_key_of(pt: &[u8]) -> Result<SecretBytes<32>> {
     let k: &[u8; 32] = pt
@@ -692,6 +709,9 @@ pub struct WrappedKeys {
     /// Headers opened so far, by file ID: their bytes up to the MAC, and what they opened to.
     verified: Mutex<HashMap<FileId, Verified>>,
     unwraps: std::sync::atomic::AtomicU64,
+    /// IDs this process retired, and the volume's record of retired IDs, once attached.
+    retired_here: Mutex<HashSet<FileId>>,
+    retired: OnceLock<Arc<dyn RetiredFiles>>,
 }
 
 /// A header that was parsed and verified, and what it yielded: the same bytes again (an open
@@ -723,6 +743,30 @@ impl WrappedKeys {
             unsealed: Mutex::new(HashMap::new()),
             verified: Mutex::new(HashMap::new()),
             unwraps: Default::default(),
+            retired_here: Mutex::new(HashSet::new()),
+            retired: OnceLock::new(),
+        }
+    }
+
+    /// Checks file IDs against `store` from now on (the first store attached stays).
+    pub fn keep_retired_in(&self, store: Arc<dyn RetiredFiles>) {
+        let _ = self.retired.set(store);
+    }
+
+    fn is_retired(&self, id: &FileId) -> bool {
+        locked(&self.retired_here).contains(id)
+            || self.retired.get().is_some_and(|r| r.is_retired(id))
+    }
+
+    /// Retires file `id` (it was just replaced by `share remove`): it no longer opens here,
+    /// and, with a store attached, in any mount that sees the store's record.
+    pub fn retire(&self, id: FileId) -> Result<()> {
+        locked(&self.retired_here).insert(id);
+        locked(&self.opened).remove(&id);
+        locked(&self.verified).remove(&id);
+        match self.retired.get() {
+            Some(r) => r.retire(&id),
+            None => Ok(()),
         }
     }
 
@@ -736,11 +780,15 @@ impl WrappedKeys {
         &self.header_mac
     }
 
-    /// Parses header `b` and checks its volume MAC ([`HeaderMacKey::check`]); the recipient
-    /// list is checked under the file key by [`WrappedKeys::file_key`].
+    /// Parses header `b`, checks its volume MAC ([`HeaderMacKey::check`]) and that its file ID
+    /// is not retired ([`RetiredFiles`]); the recipient list is checked under the file key by
+    /// [`WrappedKeys::file_key`].
     pub fn parse_header(&self, b: &[u8]) -> Result<SharedHeader> {
         let h = SharedHeader::parse(b)?;
         self.header_mac.check(&h)?;
+        if self.is_retired(&h.id) {
+            return Err(rolled_back());
+        }
         Ok(h)
     }
 
@@ -766,6 +814,9 @@ impl WrappedKeys {
     /// before (by [`WrappedKeys::keep_verified`]), with the file ID.
     pub fn recall_verified(&self, b: &[u8]) -> Option<(FileId, SecretBytes<32>, Vec<String>)> {
         let id = FileId(b.get(2..18)?.try_into().ok()?);
+        if self.is_retired(&id) {
+            return None;
+        }
         let known = locked(&self.verified);
         let v = known.get(&id)?;
         let n = v.bytes.len();

@@ -5,6 +5,7 @@ pub mod file;
 pub mod header;
 pub mod lease;
 pub mod long_targets;
+pub mod retired;
 pub mod reverse;
 pub mod shared;
 pub(crate) mod stream;

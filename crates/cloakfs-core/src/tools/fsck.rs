@@ -745,7 +745,8 @@ impl Checker<'_> {
             InternalKind::Config
             | InternalKind::DirId
             | InternalKind::Sidecar
-            | InternalKind::LongTargets => {}
+            | InternalKind::LongTargets
+            | InternalKind::RetiredIds => {}
             InternalKind::Plaintext => {
                 let plain = i.dir_plain.join(&name);
                 let is_file = i.backing.symlink_metadata().is_ok_and(|m| m.is_file());

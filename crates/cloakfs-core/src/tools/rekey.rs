@@ -35,7 +35,7 @@
 //! For tests, the environment variable `CLOAKFS_REKEY_CRASH_AFTER=N` makes the process abort
 //! (as `kill -9` would) right after its N-th atomic step.
 
-use crate::crypto::keys::MasterKey;
+use crate::crypto::keys::{label, MasterKey};
 use crate::crypto::secret::SecretBytes;
 use crate::error::{Error, Result};
 use crate::format::config::{config_path, VolumeConfig, CONFIG_MAX_BYTES};
@@ -729,9 +729,17 @@ impl<'a> Engine<'a> {
         Ok((bytes, entries))
     }
 
-    /// Pass 1: file contents, symlink targets and xattrs. No name changes.
+    /// Pass 1: file contents, symlink targets and xattrs (and a sharing volume's retirement
+    /// records). No name changes.
     fn contents(&mut self) -> Result<()> {
         self.xattrs(&self.root.clone())?;
+        if self.to.is_sharing() {
+            let key = |v: &Volume| {
+                v.master_key()
+                    .subkey(&v.config().params.volume_id, label::SHARE_RETIRED)
+            };
+            crate::io::retired::rekey_records(&self.root, key(self.from), key(self.to))?;
+        }
         let mut stack = vec![self.root.clone()];
         while let Some(dir) = stack.pop() {
             let mut names: Vec<OsString> = std::fs::read_dir(&dir)?

@@ -170,7 +170,8 @@ pub fn remove(volume: &Volume, backing: &Path, recipient: &str) -> Result<()> {
         out.sync_all()?;
         std::fs::rename(&tmp, backing)?;
         File::open(dir)?.sync_all()?;
-        Ok(())
+        // After the rename, never before: a crash must not leave the only copy retired.
+        w.retire(h.id)
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);

@@ -134,6 +134,9 @@ pub enum InternalKind {
     /// `cloakfs.symlinks` in the root: the long symlink targets (see
     /// [`crate::io::long_targets`]).
     LongTargets,
+    /// `cloakfs.retired` in the root of a sharing volume: its retirement records (see
+    /// [`crate::io::retired`]).
+    RetiredIds,
     /// A reserved (`cloakfs.`) name that does not belong where it is, or that this version
     /// does not know.
     StrayReserved,
@@ -495,6 +498,12 @@ pub fn internal_kind(
     } else if s == crate::format::meta::LONG_TARGETS_DIR {
         if is_root {
             InternalKind::LongTargets
+        } else {
+            InternalKind::StrayReserved
+        }
+    } else if s == crate::io::retired::RETIRED_DIR {
+        if is_root {
+            InternalKind::RetiredIds
         } else {
             InternalKind::StrayReserved
         }
