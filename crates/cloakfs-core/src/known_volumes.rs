@@ -13,7 +13,8 @@
 //! known or not, is refused: a symlink planted where the volume was, or another volume's
 //! config copied over it, does not pass as a first use or as the other volume.
 //! A first use whose root holds entries that are not the volume's (renamed away so the
-//! listing skips them) can be refused by the caller ([`root_census`]).
+//! listing skips them) is judged by the caller's vetting ([`vet_first_use`]) before it is
+//! remembered.
 //!
 //! The record is JSON (`known_volumes.json`) in the user's state directory: the directory
 //! named by `CLOAKFS_STATE_DIR` if set; for root `/var/lib/cloakfs`; otherwise
