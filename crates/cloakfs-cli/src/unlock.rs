@@ -14,7 +14,7 @@ use cloakfs_core::crypto::secret::Passphrase;
 use cloakfs_core::format::config::VolumeConfig;
 use cloakfs_core::format::encoding::b64;
 use cloakfs_core::format::filekey::Member;
-use cloakfs_core::known_volumes::{KnownVolumes, Pinned};
+use cloakfs_core::known_volumes::{self, KnownVolumes, Pinned, Place};
 use cloakfs_core::slots::recipient::{Identities, Loaded};
 use cloakfs_core::slots::recovery::RecoveryKey;
 use cloakfs_core::slots::shamir::Share;
@@ -24,12 +24,19 @@ use cloakfs_core::Volume;
 use std::path::Path;
 use zeroize::Zeroizing;
 
-/// Unlocks the volume at `cipherdir` with the secrets in `args`.
+/// Unlocks the volume at `cipherdir` (as the user named it) with the secrets in `args`.
 pub fn unlock(args: &UnlockArgs, cipherdir: &Path) -> Result<Volume> {
-    let config = VolumeConfig::load(cipherdir)?;
-    let u = open_config(args, &config, cipherdir, |_| true)?;
+    unlock_at(args, &Place::of(cipherdir))
+}
+
+/// Unlocks the volume at `place` (its config read from where it leads) with the secrets in
+/// `args`.
+pub fn unlock_at(args: &UnlockArgs, place: &Place) -> Result<Volume> {
+    let config = VolumeConfig::load(&place.canonical)?;
+    let u = open_config_unpinned(args, &config, |_| true)?;
+    check_pinned(place, &config, &u)?;
     let volume = join_as_member(args, into_volume(config, u)?)?;
-    volume.keep_retired_ids(cipherdir);
+    volume.keep_retired_ids(&place.canonical);
     Ok(volume)
 }
 
@@ -162,15 +169,23 @@ fn public_key_of(path: &Path, raw: &[u8]) -> Result<String> {
     )))
 }
 
-/// Checks the key that opened the volume at `cipherdir` against the one this machine
-/// remembers for it (key pinning, [`cloakfs_core::known_volumes`]); remembers a volume seen
-/// for the first time and says so. Every unlock goes through here.
-pub fn check_pinned(cipherdir: &Path, config: &VolumeConfig, u: &Unlocked) -> Result<()> {
+/// Checks the key that opened the volume at `place` against the one this machine remembers
+/// for it (key pinning, [`cloakfs_core::known_volumes`]); a first use is judged by what the
+/// volume's root holds ([`known_volumes::vet_first_use`]), then remembered, and said. Every
+/// unlock goes through here.
+pub fn check_pinned(place: &Place, config: &VolumeConfig, u: &Unlocked) -> Result<()> {
     let id = config.params.volume_id;
     let fp = u.master_key.fingerprint(&id);
     let known = KnownVolumes::for_this_user()?;
-    let rekeying = rekey::journal_path(cipherdir).exists();
-    match known.check(cipherdir, &id, &fp, rekeying)? {
+    let rekeying = rekey::journal_path(&place.canonical).exists();
+    let first_use = || {
+        let volume = Volume::from_master_key(config.clone(), &u.master_key)?;
+        if let Some(warning) = known_volumes::vet_first_use(&volume, place)? {
+            eprintln!("cloakfs: warning: {warning}");
+        }
+        Ok(())
+    };
+    match known.check(place, &id, &fp, rekeying, first_use)? {
         Pinned::Known => {}
         Pinned::FirstUse => eprintln!(
             "cloakfs: first use of volume {} on this machine; its master-key fingerprint is {fp} \
@@ -206,7 +221,7 @@ pub fn open_config(
     allow: impl Fn(&KeySlot) -> bool,
 ) -> Result<Unlocked> {
     let u = open_config_unpinned(args, config, allow)?;
-    check_pinned(cipherdir, config, &u)?;
+    check_pinned(&Place::of(cipherdir), config, &u)?;
     Ok(u)
 }
 
@@ -275,7 +290,7 @@ impl<'a> Session<'a> {
         allow: impl Fn(&KeySlot) -> bool,
     ) -> Result<Unlocked> {
         let u = self.open_unpinned(config, allow)?;
-        check_pinned(cipherdir, config, &u)?;
+        check_pinned(&Place::of(cipherdir), config, &u)?;
         Ok(u)
     }
 

@@ -779,3 +779,42 @@ fn zero_timeouts_are_refused() {
         assert!(!dir.path().join("crypt").exists());
     }
 }
+
+/// Issue 40, key pinning: the daemon's attach checks the volume against the owner's record of
+/// known volumes by the path as named, so a symlink planted where the volume was (by whoever
+/// writes its parent directory: an NFS, sshfs or SMB server) to a volume of the attacker's
+/// that the owner's secret opens is refused, not taken as a first use.
+#[test]
+fn a_symlink_planted_where_an_attached_volume_was_is_refused() {
+    let d = Daemon::start();
+    let o = owner();
+    let mut sh = d.shell(&o);
+    attach_owner(&d, &mut sh, "pinned", "");
+    sh.ok("cloakfs detach pinned");
+    let home = d.home(&o);
+    let cipher = home.join("cipher");
+    std::fs::rename(&cipher, home.join("cipher.real")).unwrap();
+    let forged = home.join("cipher2");
+    let attackers_machine = d.work.path().join("attackers-machine");
+    let st = Command::new(common::BIN)
+        .args(["init", "--passfile", s(&home.join("pass"))])
+        .args(CHEAP_KDF)
+        .arg(&forged)
+        .env("CLOAKFS_STATE_DIR", &attackers_machine)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    common::daemon::chown_r(&forged, &o);
+    std::os::unix::fs::symlink(&forged, &cipher).unwrap();
+    let out = sh.fails(&format!(
+        "cloakfs attach --passfile {h}/pass {c} pinned2",
+        h = s(&home),
+        c = s(&cipher)
+    ));
+    assert!(
+        out.contains("held volume") && out.contains("cloakfs known accept"),
+        "{out}"
+    );
+    assert!(d.ls_root().is_empty(), "{:?}", d.ls_root());
+}

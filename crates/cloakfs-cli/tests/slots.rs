@@ -1642,3 +1642,166 @@ fn a_new_volume_in_a_known_directory_is_refused_until_accepted() {
     assert!(f.init(&[]).status.success());
     ok(&f.run(&["slots", "test", "--passfile", s(&f.pass), s(&f.cipher)]));
 }
+
+/// Makes a volume of the attacker's in `dir`, with the victim's passphrase, on the attacker's
+/// own machine; returns its master-key fingerprint. (What matters to pinning is only that the
+/// victim's secret opens it; a recipient slot makes that possible without the passphrase.)
+fn attackers_volume(victim: &Fixture, dir: &Path) -> String {
+    let mut a = Fixture::bare();
+    a.cipher = dir.to_path_buf();
+    a.pass = victim.pass.clone();
+    a.state = a.tmp.path().join("attackers-machine");
+    ok(&a.init(&[]));
+    cloakfs_core::known_volumes::KnownVolumes::at(&a.state)
+        .list()
+        .unwrap()[0]
+        .fingerprint
+        .to_string()
+}
+
+/// Mounts `f` and asserts the mount is refused with exit 3 and one line containing `needle`.
+fn mount_refused(f: &Fixture, needle: &str) {
+    let out = f.mount(&[]);
+    // Unmounted before any assertion, so a failing test leaves no mount behind.
+    let mounted = is_mounted(&f.mnt);
+    drop(MountGuard(f.mnt.clone()));
+    assert!(!mounted, "the substituted volume was mounted");
+    assert_fails(&out, 3, needle);
+}
+
+/// A fixture on a machine of its own (its own record of known volumes).
+fn on_a_machine_of_its_own() -> Fixture {
+    let mut f = Fixture::bare();
+    f.state = f.tmp.path().join("machine");
+    f
+}
+
+#[test]
+fn a_symlink_planted_where_a_volume_was_is_refused() {
+    // The reported attack, by whoever writes the cipher directory's parent (an NFS, sshfs or
+    // SMB server): the volume moved aside, a volume of the attacker's in a new directory,
+    // and a symlink to it under the volume's name.
+    let f = on_a_machine_of_its_own();
+    ok(&f.init(&[]));
+    let m = f.mounted(&[]);
+    std::fs::write(f.mnt.join("secret.txt"), "mine").unwrap();
+    m.unmount();
+    std::fs::rename(&f.cipher, f.tmp.path().join("cipher.real")).unwrap();
+    let forged = f.tmp.path().join("cipher2");
+    attackers_volume(&f, &forged);
+    std::os::unix::fs::symlink(&forged, &f.cipher).unwrap();
+    mount_refused(&f, "held volume");
+    // Each unlocking command refuses it the same way; `known accept` takes it on purpose.
+    assert_fails(
+        &f.run(&["slots", "test", "--passfile", s(&f.pass), s(&f.cipher)]),
+        3,
+        "cloakfs known accept",
+    );
+}
+
+#[test]
+fn a_volume_opened_through_a_symlink_stays_pinned_when_the_symlink_is_re_pointed() {
+    let mut f = on_a_machine_of_its_own();
+    let store = f.tmp.path().join("store");
+    std::fs::create_dir(&store).unwrap();
+    // The volume was made elsewhere; this machine first opens it through a symlink.
+    let real = store.join("vault.v1");
+    attackers_volume(&f, &real);
+    f.cipher = store.join("vault");
+    std::os::unix::fs::symlink("vault.v1", &f.cipher).unwrap();
+    let out = f.mount(&[]);
+    drop(MountGuard(f.mnt.clone()));
+    assert!(stderr(&out).contains("first use"), "{}", stderr(&out));
+    ok(&out);
+    // The symlink re-pointed to another volume.
+    attackers_volume(&f, &store.join("vault.v2"));
+    std::fs::remove_file(&f.cipher).unwrap();
+    std::os::unix::fs::symlink("vault.v2", &f.cipher).unwrap();
+    mount_refused(&f, "held volume");
+}
+
+#[test]
+fn entries_renamed_aside_under_a_replaced_config_are_refused_at_first_use() {
+    // Where pinning cannot act (a machine that never opened the volume), the attacker
+    // replaces the config and renames the old entries to dot-names, which a listing skips:
+    // the volume would look empty and working.
+    let f = on_a_machine_of_its_own();
+    ok(&f.init(&[]));
+    let m = f.mounted(&[]);
+    std::fs::write(f.mnt.join("secret.txt"), "mine").unwrap();
+    std::fs::create_dir(f.mnt.join("photos")).unwrap();
+    m.unmount();
+    let forged = f.tmp.path().join("forged");
+    let fp = attackers_volume(&f, &forged);
+    std::fs::copy(forged.join("cloakfs.conf"), f.cipher.join("cloakfs.conf")).unwrap();
+    for e in std::fs::read_dir(&f.cipher).unwrap() {
+        let name = e.unwrap().file_name().into_string().unwrap();
+        if !name.starts_with("cloakfs.") {
+            std::fs::rename(f.cipher.join(&name), f.cipher.join(format!(".{name}"))).unwrap();
+        }
+    }
+    let mut fresh = on_another_machine(&f);
+    fresh.state = fresh.tmp.path().join("fresh-machine");
+    mount_refused(&fresh, "2 entries that are not this volume's");
+    assert!(!fresh.state.join("known_volumes.json").exists());
+    // Accepted deliberately, it mounts.
+    let accept = [
+        "known",
+        "accept",
+        "--passfile",
+        s(&f.pass),
+        "--fingerprint",
+        &fp,
+    ];
+    let out = ok(&fresh.run(&[&accept[..], &[s(&f.cipher)]].concat()));
+    assert!(out.contains("not this volume's"), "{out}");
+    fresh.mounted(&[]).unmount();
+    // With an entry of the attacker's own beside them, the first use says what it saw.
+    let mut attacker = on_another_machine(&f);
+    attacker.cipher = forged.clone();
+    let m = attacker.mounted(&[]);
+    std::fs::write(attacker.mnt.join("README"), "hello").unwrap();
+    m.unmount();
+    for e in std::fs::read_dir(&forged).unwrap() {
+        let name = e.unwrap().file_name().into_string().unwrap();
+        if !name.starts_with("cloakfs.") {
+            std::fs::rename(forged.join(&name), f.cipher.join(&name)).unwrap();
+        }
+    }
+    let mut third = on_another_machine(&f);
+    third.state = third.tmp.path().join("third-machine");
+    let out = third.mount(&[]);
+    drop(MountGuard(third.mnt.clone()));
+    ok(&out);
+    assert!(
+        stderr(&out).contains("warning: the root of volume")
+            && stderr(&out).contains("2 entries that are not this volume's"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn another_known_volumes_config_copied_over_a_private_one_is_refused() {
+    // Issue 44: the user opened a team volume on this machine too; a member copies its
+    // config over the user's private volume, so new files would be under a key they know.
+    let private = on_a_machine_of_its_own();
+    ok(&private.init(&[]));
+    let mut team = Fixture::bare();
+    team.state = private.state.clone();
+    ok(&team.init(&[]));
+    std::fs::copy(
+        team.cipher.join("cloakfs.conf"),
+        private.cipher.join("cloakfs.conf"),
+    )
+    .unwrap();
+    mount_refused(&private, "held volume");
+    // The team volume still opens where it is.
+    ok(&team.run(&[
+        "slots",
+        "test",
+        "--passfile",
+        s(&team.pass),
+        s(&team.cipher),
+    ]));
+}

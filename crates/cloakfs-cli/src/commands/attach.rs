@@ -8,6 +8,7 @@ use crate::control::{self, parse_duration};
 use crate::failure::{code, Failure, Result};
 use clap::Args;
 use cloakfs_core::format::config::VolumeConfig;
+use cloakfs_core::known_volumes::Place;
 use cloakfs_daemon::protocol::{AttachRequest, MemberKeys, Naming, Request, Response};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -69,7 +70,10 @@ pub fn run_attach(args: AttachArgs) -> Result<()> {
         (None, None) => return Err(Failure::usage("give a NAME or --name HOW")),
     };
     let mut client = control::connect(&args.socket)?;
-    let volume = crate::unlock::unlock(&args.unlock, &cipherdir)?;
+    let volume = crate::unlock::unlock_at(
+        &args.unlock,
+        &Place::resolved(&args.cipherdir, cipherdir.clone()),
+    )?;
     let master_key = Zeroizing::new(cloakfs_core::format::encoding::b64(
         volume.master_key().expose(),
     ));

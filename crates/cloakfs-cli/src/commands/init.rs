@@ -9,7 +9,7 @@ use cloakfs_core::crypto::secret::Passphrase;
 use cloakfs_core::format::config::VolumeParams;
 use cloakfs_core::format::content::ContentSuite;
 use cloakfs_core::format::names::{LONG_NAME_MAX_DEFAULT, LONG_NAME_MAX_MIN};
-use cloakfs_core::known_volumes::KnownVolumes;
+use cloakfs_core::known_volumes::{KnownVolumes, Place};
 use cloakfs_core::Volume;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -243,7 +243,7 @@ fn remember(
     fp: &cloakfs_core::crypto::keys::KeyFingerprint,
 ) {
     match KnownVolumes::for_this_user()
-        .and_then(|k| k.accept(path, &params.volume_id, fp).map(|_| k))
+        .and_then(|k| k.accept(&Place::of(path), &params.volume_id, fp).map(|_| k))
     {
         Ok(k) => println!(
             "Master-key fingerprint: {fp} (remembered on this machine in {}).",

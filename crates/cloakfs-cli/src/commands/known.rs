@@ -7,7 +7,7 @@ use clap::{Args, Subcommand};
 use cloakfs_core::crypto::keys::KeyFingerprint;
 use cloakfs_core::format::config::VolumeConfig;
 use cloakfs_core::format::encoding::{b64, unb64_array};
-use cloakfs_core::known_volumes::{KnownVolume, KnownVolumes};
+use cloakfs_core::known_volumes::{self, KnownVolume, KnownVolumes, Place};
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 
@@ -111,18 +111,16 @@ fn accept(known: &KnownVolumes, args: AcceptArgs) -> Result<()> {
         })?),
         None => None,
     };
-    let config = VolumeConfig::load(&args.cipherdir)?;
+    let place = Place::of(&args.cipherdir);
+    let config = VolumeConfig::load(&place.canonical)?;
     let u = crate::unlock::open_config_unpinned(&args.unlock, &config, |_| true)?;
     let id = config.params.volume_id;
     let fp = u.master_key.fingerprint(&id);
-    let dir = std::fs::canonicalize(&args.cipherdir).unwrap_or(args.cipherdir.clone());
     let all = known.list()?;
     let by_id = all.iter().find(|v| v.volume_id == id);
-    let by_dir = all
-        .iter()
-        .find(|v| v.volume_id != id && v.cipherdirs.contains(&dir));
+    let by_dir = place.held_by_other(&all, &id);
     if by_id.is_some_and(|v| v.fingerprint == fp && v.pending.is_none()) && by_dir.is_none() {
-        known.accept(&dir, &id, &fp)?;
+        known.accept(&place, &id, &fp)?;
         println!(
             "Volume {} is already remembered with this key ({fp}).",
             b64(&id)
@@ -130,9 +128,8 @@ fn accept(known: &KnownVolumes, args: AcceptArgs) -> Result<()> {
         return Ok(());
     }
     println!(
-        "Volume {} at {} opens to master-key fingerprint {fp}.",
-        b64(&id),
-        dir.display()
+        "Volume {} at {place} opens to master-key fingerprint {fp}.",
+        b64(&id)
     );
     match by_id {
         Some(v) => println!(
@@ -148,6 +145,19 @@ fn accept(known: &KnownVolumes, args: AcceptArgs) -> Result<()> {
             b64(&v.volume_id)
         );
     }
+    // A reverse view's config file has no root to count.
+    if place.canonical.is_dir() {
+        let volume = cloakfs_core::Volume::from_master_key(config.clone(), &u.master_key)?;
+        let census = known_volumes::root_census(&volume, &place.canonical)?;
+        if census.foreign > 0 {
+            println!(
+                "Its root holds {}, and {} of its own: a replaced config with the old entries \
+                 renamed aside looks like this.",
+                census.foreign_entries(),
+                census.own
+            );
+        }
+    }
     match expected {
         Some(e) if e == fp => {}
         Some(e) => {
@@ -161,7 +171,7 @@ fn accept(known: &KnownVolumes, args: AcceptArgs) -> Result<()> {
         }
         None => confirm()?,
     }
-    known.accept(&dir, &id, &fp)?;
+    known.accept(&place, &id, &fp)?;
     println!(
         "Remembered: volume {} with fingerprint {fp} ({}).",
         b64(&id),
@@ -201,17 +211,21 @@ fn forget(known: &KnownVolumes, target: &str) -> Result<()> {
     let id = match unb64_array::<16>(target) {
         Some(id) => id,
         None => {
-            let dir = std::fs::canonicalize(target).map_err(|e| {
+            let target = std::path::Path::new(target);
+            std::fs::symlink_metadata(target).map_err(|e| {
                 Failure::usage(format!(
-                    "{target}: {e} (give a cipher directory or a volume ID)"
+                    "{}: {e} (give a cipher directory or a volume ID)",
+                    target.display()
                 ))
             })?;
-            match known.list()?.iter().find(|v| v.cipherdirs.contains(&dir)) {
-                Some(v) => v.volume_id,
+            let place = Place::of(target);
+            let all = known.list()?;
+            let found = place.remembered_in(&all).next().map(|v| v.volume_id);
+            match found {
+                Some(id) => id,
                 None => {
                     return Err(Failure::usage(format!(
-                        "this machine remembers no volume opened from {}",
-                        dir.display()
+                        "this machine remembers no volume opened from {place}"
                     )))
                 }
             }

@@ -7,6 +7,7 @@ use crate::mount_options::{self, ParsedOptions};
 use clap::Args;
 use cloakfs_core::format::config::FileKeys;
 use cloakfs_core::format::config::VolumeConfig;
+use cloakfs_core::known_volumes::Place;
 use cloakfs_fuse::MountOptions;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -102,7 +103,10 @@ pub fn run(args: MountArgs) -> Result<()> {
              private key) or --gpg, as the member who opens and owns files",
         ));
     }
-    let volume = crate::unlock::unlock(&unlock, &cipherdir)?;
+    let volume = crate::unlock::unlock_at(
+        &unlock,
+        &Place::resolved(&args.cipherdir, cipherdir.clone()),
+    )?;
 
     let mut mo = fuse_options(&cipherdir, &o, args.threads, args.cache_timeout);
     // Before daemonizing: the daemon leads a session of its own.

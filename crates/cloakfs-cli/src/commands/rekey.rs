@@ -5,7 +5,7 @@
 use super::fsck::Bar;
 use crate::args::UnlockArgs;
 use crate::failure::{code, Failure, Result};
-use cloakfs_core::known_volumes::KnownVolumes;
+use cloakfs_core::known_volumes::{KnownVolumes, Place};
 use cloakfs_core::tools::rekey::{self, Options, Outcome};
 use std::path::PathBuf;
 
@@ -45,7 +45,10 @@ pub fn run(args: RekeyArgs) -> Result<()> {
             if args.resume { "resume" } else { "roll back" }
         )));
     }
-    let volume = crate::unlock::unlock(&args.unlock, &cipherdir)?;
+    let volume = crate::unlock::unlock_at(
+        &args.unlock,
+        &Place::resolved(&args.cipherdir, cipherdir.clone()),
+    )?;
     let known = KnownVolumes::for_this_user()?;
     let bar = Bar::new("re-encrypting");
     bar.catch_signals();

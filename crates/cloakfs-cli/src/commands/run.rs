@@ -8,6 +8,7 @@ use crate::commands::mount::{check_before_unlock, fuse_options, sync_dir, with_o
 use crate::failure::{Failure, Result};
 use crate::mount_options;
 use clap::Args;
+use cloakfs_core::known_volumes::Place;
 use std::ffi::{CString, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -51,7 +52,10 @@ pub fn run(args: RunArgs) -> Result<u8> {
     let (cipherdir, mountpoint) = check_before_unlock(&args.cipherdir, &args.mountpoint, &o)?;
     let mut mo = fuse_options(&cipherdir, &o, None, None);
     mo.binding = o.bind.map(BindTo::binding).transpose()?;
-    let volume = crate::unlock::unlock(&with_option_secrets(&args.unlock, &o), &cipherdir)?;
+    let volume = crate::unlock::unlock_at(
+        &with_option_secrets(&args.unlock, &o),
+        &Place::resolved(&args.cipherdir, cipherdir.clone()),
+    )?;
     let staging = StagingDir::new()?;
     let mounted = cloakfs_fuse::mount(volume, &cipherdir, &staging.view, &mo).map_err(|e| {
         Failure::mount(format!(

@@ -76,10 +76,13 @@ pub fn check_dir(suite: ContentSuite, dir: &Path) -> Result<()> {
     r.map_err(|e| refusal_if_unsupported(e, name))
 }
 
+/// Name prefix of the scratch file [`check_dir`] makes (and removes) in the cipher directory.
+pub const SCRATCH_PREFIX: &str = ".cloakfs-xattr-check-";
+
 fn tempfile_in(dir: &Path) -> Result<ScratchFile> {
     for _ in 0..16 {
         let path = dir.join(format!(
-            ".cloakfs-xattr-check-{:016x}",
+            "{SCRATCH_PREFIX}{:016x}",
             u64::from_le_bytes(crate::crypto::random::array())
         ));
         match std::fs::OpenOptions::new()
