@@ -430,8 +430,19 @@ fn a_transplanted_id_does_not_make_the_next_short_tail_a_two_time_pad() {
         "B's new tail was encrypted with A's tail keystream"
     );
     // B reads its new tail (its older block decrypts under A's ID: garbage, as documented).
-    let _m = f.mounted(&[]);
+    let m = f.mounted(&[]);
     assert_eq!(std::fs::read(f.mnt.join("b")).unwrap()[4096..], b_tail);
+    // What remains (THREAT-MODEL B3): B's sectors are now XTS under A's keys, so a sector
+    // written with A's plaintext shows as A's ciphertext.
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(f.mnt.join("b"))
+        .unwrap();
+    file.write_all_at(&a_plain[..4096], 0).unwrap();
+    drop(file);
+    m.unmount();
+    let sector = |p: &Path| std::fs::read(p).unwrap()[..4096].to_vec();
+    assert_eq!(sector(&a), sector(&b));
 }
 
 /// Whoever sees a short tail before and after it is rewritten does not learn the XOR of the
