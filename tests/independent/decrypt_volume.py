@@ -561,18 +561,21 @@ def xts_keys(k_content: bytes, file_id: bytes):
             hkdf(k_content, None, b"cloakfs v1 xts-short" + file_id, 32))
 
 
-def xts_unit(pair: bytes, short: bytes, n: int, unit: bytes, encrypt: bool) -> bytes:
-    """Block n of an aes-256-xts file (FORMAT.md section 20), either direction."""
+def xts_unit(pair: bytes, short: bytes, n: int, unit: bytes, encrypt: bool,
+             tail_counter: bytes = b"") -> bytes:
+    """Block n of an aes-256-xts file (FORMAT.md section 20), either direction; a short block
+    starts from the header's counter block T (version 2) or u128le(n) (version 1)."""
     tweak = n.to_bytes(16, "little")
     if len(unit) < 16:
-        cipher = Cipher(algorithms.AES(short), modes.CTR(tweak))
+        cipher = Cipher(algorithms.AES(short), modes.CTR(tail_counter or tweak))
     else:
         cipher = Cipher(algorithms.AES(pair), modes.XTS(tweak))
     op = cipher.encryptor() if encrypt else cipher.decryptor()
     return op.update(unit) + op.finalize()
 
 
-def xts_decrypt(k_content: bytes, file_id: bytes, bs: int, data: bytes) -> bytes:
+def xts_decrypt(k_content: bytes, file_id: bytes, bs: int, data: bytes,
+                tail_counter: bytes = b"") -> bytes:
     pair, short = xts_keys(k_content, file_id)
     out = bytearray()
     for n, pos in enumerate(range(0, len(data), bs)):
@@ -580,7 +583,7 @@ def xts_decrypt(k_content: bytes, file_id: bytes, bs: int, data: bytes) -> bytes
         if len(unit) == bs and unit.count(0) == bs:
             out += unit  # a hole
         else:
-            out += xts_unit(pair, short, n, unit, encrypt=False)
+            out += xts_unit(pair, short, n, unit, encrypt=False, tail_counter=tail_counter)
     return bytes(out)
 
 
@@ -658,12 +661,15 @@ class Volume:
             header = os.getxattr(path, XTS_HEADER_XATTR, follow_symlinks=False)
         except OSError:
             raise VolumeError(f"file has data but no readable {XTS_HEADER_XATTR} xattr")
-        if len(header) != HEADER_LEN:
-            raise VolumeError(f"{XTS_HEADER_XATTR} is not {HEADER_LEN} bytes")
-        version = struct.unpack(">H", header[:2])[0]
-        if version != 1:
+        version = struct.unpack(">H", header[:2])[0] if len(header) >= 2 else None
+        if version not in (1, 2):
             raise VolumeError(f"unsupported file header version {version}")
-        return xts_decrypt(self.k_content, header[2:], self.c.block_size, data)
+        want = HEADER_LEN if version == 1 else HEADER_LEN + 16
+        if len(header) != want:
+            raise VolumeError(f"{XTS_HEADER_XATTR} of version {version} is not {want} bytes")
+        tail_counter = header[HEADER_LEN:]
+        return xts_decrypt(self.k_content, header[2:HEADER_LEN], self.c.block_size, data,
+                           tail_counter)
 
     # -- section 9 --
     @staticmethod
@@ -877,6 +883,9 @@ def self_test_xts(k_content: bytes, fid: bytes, plain: bytes) -> None:
     assert got.hex() == "d6b8dd4ece15efe0b8a618fae80b924b25ad08b71cf3", got.hex()
     got = xts_unit(pair, short, 1, b"tail\n", encrypt=True)
     assert got.hex() == "deedc08a53", got.hex()
+    t = bytes.fromhex("00112233445566778899aabbccddeeff")
+    got = xts_unit(pair, short, 1, b"tail\n", encrypt=True, tail_counter=t)
+    assert got.hex() == "e4dd2d652f", got.hex()
     data = full + bytes(4096) + xts_unit(pair, short, 2, b"tail\n", encrypt=True)
     assert xts_decrypt(k_content, fid, 4096, data) == \
         bytes(i % 251 for i in range(4096)) + bytes(4096) + b"tail\n"

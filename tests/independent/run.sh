@@ -279,6 +279,10 @@ truncate -s 70000 "$xplain/sub/sparse" && printf middle | dd of="$xplain/sub/spa
     --kdf-iterations 1 "$real/xts" >/dev/null
 "$cloakfs" mount --passfile "$real/pass" "$real/xts" "$mnt"
 cp -a "$xplain/." "$mnt/"
+# A short tail written again: its header holds a later counter block.
+for d in "$mnt" "$xplain"; do
+    printf abc | dd of="$d/f4097" bs=1 seek=4096 conv=notrunc status=none
+done
 "$cloakfs" unmount "$mnt"
 python3 "$decrypt" --passfile "$real/pass" "$real/xts" "$real/xts-out" >/dev/null
 diff -r "$xplain" "$real/xts-out"

@@ -389,3 +389,145 @@ fn offline_cat_and_export_read_an_xts_volume() {
         "the header xattr is not exported"
     );
 }
+
+/// Storage attack: file A's `user.cloakfs.id` copied onto non-empty file B. B's next short
+/// tail, written through the mount, must not reuse A's tail keystream: it did (AES-256-CTR
+/// under A's key and the tail's block number), and the XOR of the two backing tails was the
+/// XOR of the two plaintext tails, so knowing one tail gave the other.
+#[test]
+fn a_transplanted_id_does_not_make_the_next_short_tail_a_two_time_pad() {
+    let f = xts_fixture();
+    let size = 4096 + 15;
+    let a_plain = pattern(size, 1);
+    let m = f.mounted(&[]);
+    std::fs::write(f.mnt.join("a"), &a_plain).unwrap();
+    m.unmount();
+    let a = only_backing_file(&f.cipher);
+    let m = f.mounted(&[]);
+    std::fs::write(f.mnt.join("b"), pattern(size, 2)).unwrap();
+    m.unmount();
+    let b = backing_files(&f.cipher)
+        .into_iter()
+        .find(|p| *p != a)
+        .unwrap();
+    let mut id = [0u8; 64];
+    let n = rustix::fs::getxattr(&a, ID_XATTR, &mut id).unwrap();
+    rustix::fs::setxattr(&b, ID_XATTR, &id[..n], rustix::fs::XattrFlags::empty()).unwrap();
+
+    let b_tail = *b"fifteen bytes!!";
+    let m = f.mounted(&[]);
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(f.mnt.join("b"))
+        .unwrap();
+    file.write_all_at(&b_tail, 4096).unwrap();
+    drop(file);
+    m.unmount();
+    let backing_xor = xor(&backing_tail(&a), &backing_tail(&b));
+    assert_ne!(
+        backing_xor,
+        xor(&a_plain[4096..], &b_tail),
+        "B's new tail was encrypted with A's tail keystream"
+    );
+    // B reads its new tail (its older block decrypts under A's ID: garbage, as documented).
+    let m = f.mounted(&[]);
+    assert_eq!(std::fs::read(f.mnt.join("b")).unwrap()[4096..], b_tail);
+    // What remains (THREAT-MODEL B3): B's sectors are now XTS under A's keys, so a sector
+    // written with A's plaintext shows as A's ciphertext.
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(f.mnt.join("b"))
+        .unwrap();
+    file.write_all_at(&a_plain[..4096], 0).unwrap();
+    drop(file);
+    m.unmount();
+    let sector = |p: &Path| std::fs::read(p).unwrap()[..4096].to_vec();
+    assert_eq!(sector(&a), sector(&b));
+}
+
+/// Whoever sees a short tail before and after it is rewritten does not learn the XOR of the
+/// two versions: each is encrypted under a counter block of its own.
+#[test]
+fn a_rewritten_short_tail_does_not_show_the_xor_of_its_versions() {
+    let f = xts_fixture();
+    let first = pattern(4096 + 15, 3);
+    let m = f.mounted(&[]);
+    std::fs::write(f.mnt.join("t"), &first).unwrap();
+    m.unmount();
+    let backing = only_backing_file(&f.cipher);
+    let before = backing_tail(&backing);
+    let second = *b"another 15 byte";
+    let m = f.mounted(&[]);
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(f.mnt.join("t"))
+        .unwrap();
+    file.write_all_at(&second, 4096).unwrap();
+    drop(file);
+    m.unmount();
+    assert_ne!(
+        xor(&before, &backing_tail(&backing)),
+        xor(&first[4096..], &second),
+        "the tail's two versions share a keystream"
+    );
+    let _m = f.mounted(&[]);
+    assert_eq!(std::fs::read(f.mnt.join("t")).unwrap()[4096..], second);
+}
+
+/// A copy of the whole cipher directory with `cp -a` (xattrs kept, new inodes) mounts and
+/// reads as the original, and a tail written in the copy leaves the original as it was.
+#[test]
+fn a_copy_of_the_cipher_directory_made_with_cp_a_mounts_reads_and_writes() {
+    let f = xts_fixture();
+    let sizes = [3u64, 15, 17, 4096 + 7, 2 * 4096];
+    let m = f.mounted(&[]);
+    for &size in &sizes {
+        std::fs::write(f.mnt.join(format!("f{size}")), pattern(size, size)).unwrap();
+    }
+    // A tail rewritten after the file was made: its header holds a later counter block.
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(f.mnt.join("f15"))
+        .unwrap();
+    file.write_all_at(b"xyz", 12).unwrap();
+    drop(file);
+    m.unmount();
+    let mut want: Vec<(String, Vec<u8>)> = sizes
+        .iter()
+        .map(|&size| (format!("f{size}"), pattern(size, size)))
+        .collect();
+    want[1].1[12..].copy_from_slice(b"xyz");
+
+    let copy = Fixture::bare();
+    let st = Command::new("cp")
+        .args(["-a", s(&f.cipher), s(&copy.cipher)])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let m = copy.mounted(&[]);
+    for (name, data) in &want {
+        assert_eq!(&std::fs::read(copy.mnt.join(name)).unwrap(), data, "{name}");
+    }
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(copy.mnt.join("f3"))
+        .unwrap()
+        .write_all_at(b"!", 3)
+        .unwrap();
+    assert_eq!(std::fs::read(copy.mnt.join("f3")).unwrap()[3..], *b"!");
+    m.unmount();
+    let _m = f.mounted(&[]);
+    for (name, data) in &want {
+        assert_eq!(&std::fs::read(f.mnt.join(name)).unwrap(), data, "{name}");
+    }
+}
+
+/// The bytes of a backing file past its first 4 KiB block: a short tail in these tests.
+fn backing_tail(p: &Path) -> Vec<u8> {
+    std::fs::read(p).unwrap()[4096..].to_vec()
+}
+
+fn xor(a: &[u8], b: &[u8]) -> Vec<u8> {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| x ^ y).collect()
+}

@@ -112,6 +112,10 @@ const BLOCK_SIZE: u64 = 4096;
 const PARTIAL_PLAIN: &[u8] = b"cloakfs partial block\n";
 /// A last data unit too short for XTS (block 1 of a 4101-byte file): 5 bytes.
 const XTS_SHORT_PLAIN: &[u8] = b"tail\n";
+/// The counter block of a short XTS block in a header of version 2 (FORMAT.md section 20).
+const XTS_TAIL_COUNTER: [u8; 16] = [
+    0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff,
+];
 const SHORT_NAME: &[u8] = b"hello.txt";
 const SYMLINK_TARGET: &[u8] = b"sub/hello.txt";
 const XATTR_NAME: &[u8] = b"user.comment";
@@ -212,6 +216,8 @@ const EXPECTED: &[(&str, &str)] = &[
     ("xts.full.head", "45666cd775e5b6d6d55cc6b85ea1de788b666552da918a664485bd1ad3fce0dc"),
     ("xts.partial", "d6b8dd4ece15efe0b8a618fae80b924b25ad08b71cf3"),
     ("xts.short", "deedc08a53"),
+    ("xts.header.v2", "0002f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff00112233445566778899aabbccddeeff"),
+    ("xts.short.v2", "e4dd2d652f"),
     ("header", "0001f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff"),
     ("aad.block0", "f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff0000000000000000"),
     ("aad.block2", "f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff0000000000000002"),
@@ -604,6 +610,28 @@ fn xts_vectors() {
     c.open(0, &[0u8; 4096], &mut out).unwrap();
     assert!(out.iter().all(|&b| b == 0), "all-zero sector is a hole");
 
+    // A header of version 2 holds the counter block of the short last block: AES-256-CTR from
+    // initial counter block T, whatever the block number.
+    let header_v2 = [&[0u8, 2][..], &file_id().0, &XTS_TAIL_COUNTER].concat();
+    let c2 = content_codec(ContentSuite::Aes256Xts)
+        .open_header(&header_v2)
+        .unwrap()
+        .cipher;
+    let mut short_v2 = vec![0u8; XTS_SHORT_PLAIN.len()];
+    c2.seal(1, XTS_SHORT_PLAIN, &mut short_v2);
+    let mut ks = aes::Block::from(XTS_TAIL_COUNTER);
+    aes::Aes256::new_from_slice(&short_key)
+        .unwrap()
+        .encrypt_block(&mut ks);
+    let direct: Vec<u8> = XTS_SHORT_PLAIN.iter().zip(ks).map(|(p, k)| p ^ k).collect();
+    assert_eq!(short_v2, direct);
+    let mut out = vec![0u8; XTS_SHORT_PLAIN.len()];
+    c2.open(7, &short_v2, &mut out).unwrap();
+    assert_eq!(out, XTS_SHORT_PLAIN);
+    let mut sealed = vec![0u8; PARTIAL_PLAIN.len()];
+    c2.seal(2, PARTIAL_PLAIN, &mut sealed);
+    assert_eq!(sealed, partial, "blocks of 16 bytes and more do not use it");
+
     check(&[
         ("key.xts-file", hex(&pair)),
         ("key.xts-short", hex(&short_key)),
@@ -611,6 +639,8 @@ fn xts_vectors() {
         ("xts.full.head", hex(&full[..32])),
         ("xts.partial", hex(&partial)),
         ("xts.short", hex(&short)),
+        ("xts.header.v2", hex(&header_v2)),
+        ("xts.short.v2", hex(&short_v2)),
     ]);
 }
 

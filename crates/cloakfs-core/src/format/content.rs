@@ -253,6 +253,15 @@ impl ContentCodec {
     /// shared file the member has no entry for is [`Error::AccessDenied`].
     pub fn open_header(&self, header: &[u8]) -> Result<OpenedHeader> {
         match &self.keys {
+            FileKeySource::Derived(_) if self.suite == ContentSuite::Aes256Xts => {
+                let (id, tail) = xts::parse_header(header)?;
+                let cipher = self.file_cipher(id);
+                cipher.set_xts_tail(tail);
+                Ok(OpenedHeader {
+                    cipher,
+                    recipients: Vec::new(),
+                })
+            }
             FileKeySource::Derived(_) => Ok(OpenedHeader {
                 cipher: self.file_cipher(FileHeader::parse(header)?.id),
                 recipients: Vec::new(),
@@ -280,11 +289,14 @@ impl ContentCodec {
     /// A fresh header with a new random file ID (and, shared, a new file key granted to
     /// `recipients`, or to the member if there are none): its bytes and what it opens to.
     pub fn fresh_header(&self, recipients: &[String]) -> Result<(Vec<u8>, OpenedHeader)> {
-        self.header_with_id(FileId::random(), recipients)
+        let drawn: [u8; 32] = crate::crypto::random::array();
+        let (id, tail) = drawn.split_at(16);
+        self.header_with_id(FileId(id.try_into().expect("16 bytes")), tail, recipients)
     }
 
     /// [`ContentCodec::fresh_header`] and `count` fresh nonces for the file's first blocks, the
-    /// file ID and the nonces drawn in one getrandom(2): a new file's first write needs both.
+    /// file ID (with the tail's counter block) and the nonces drawn in one getrandom(2): a new
+    /// file's first write needs both.
     pub fn fresh_header_with_nonces(
         &self,
         recipients: &[String],
@@ -292,17 +304,40 @@ impl ContentCodec {
     ) -> Result<(Vec<u8>, OpenedHeader, Vec<FreshNonce>)> {
         let mut id = [0u8; 16];
         let nonce_len = self.suite.nonce_len();
-        let mut drawn = vec![0u8; id.len() + count * nonce_len];
+        let mut drawn = vec![0u8; 2 * id.len() + count * nonce_len];
         crate::crypto::random::fill(&mut drawn);
-        let (id_bytes, nonces) = drawn.split_at(id.len());
+        let (id_bytes, rest) = drawn.split_at(id.len());
+        let (tail, nonces) = rest.split_at(id.len());
         id.copy_from_slice(id_bytes);
-        let (bytes, opened) = self.header_with_id(FileId(id), recipients)?;
+        let (bytes, opened) = self.header_with_id(FileId(id), tail, recipients)?;
         Ok((bytes, opened, FreshNonce::split(nonces, nonce_len, count)))
     }
 
-    /// A header for new file `id` (see [`ContentCodec::fresh_header`]).
-    fn header_with_id(&self, id: FileId, recipients: &[String]) -> Result<(Vec<u8>, OpenedHeader)> {
+    /// A header for new file `id` (see [`ContentCodec::fresh_header`]); `tail` is 16 random
+    /// bytes, the counter block of its short last block where the suite keeps one in the header
+    /// (AES-256-XTS).
+    fn header_with_id(
+        &self,
+        id: FileId,
+        tail: &[u8],
+        recipients: &[String],
+    ) -> Result<(Vec<u8>, OpenedHeader)> {
         match &self.keys {
+            FileKeySource::Derived(_) if self.suite == ContentSuite::Aes256Xts => {
+                let tail = xts::Tail::Drawn {
+                    counter: tail.try_into().expect("16 bytes"),
+                    sealed: false,
+                };
+                let cipher = self.file_cipher(id);
+                cipher.set_xts_tail(tail);
+                Ok((
+                    xts::header_bytes(id, tail),
+                    OpenedHeader {
+                        cipher,
+                        recipients: Vec::new(),
+                    },
+                ))
+            }
             FileKeySource::Derived(_) => Ok((
                 FileHeader { id }.to_bytes().to_vec(),
                 OpenedHeader {
@@ -463,10 +498,60 @@ impl std::fmt::Debug for FileCipher {
     }
 }
 
+/// A file's tail counter block as it was before a write (AES-256-XTS), to put back if the
+/// write fails: see [`FileCipher::put_back_tail`].
+#[derive(Debug, Clone, Copy)]
+pub struct TailMark(Option<(FileId, xts::Tail)>);
+
 impl FileCipher {
     /// The file ID this cipher is bound to.
     pub fn id(&self) -> FileId {
         self.id
+    }
+
+    fn set_xts_tail(&self, tail: xts::Tail) {
+        if let Aead::Xts(k) = &self.aead {
+            k.set_tail(tail);
+        }
+    }
+
+    /// Before a block of `len` bytes is sealed (after the blocks it replaces are opened):
+    /// under AES-256-XTS, a short one (AES-256-CTR) gets an initial counter block that no block
+    /// was sealed under yet, drawn at random (FORMAT.md section 20). Returns the header that
+    /// records a new one, which the caller must store before it writes the block; `None` when
+    /// there is none to store (another suite, a block of 16 bytes or more, or a counter block
+    /// still unused).
+    pub fn fresh_tail(&self, len: usize) -> Option<Vec<u8>> {
+        let Aead::Xts(k) = &self.aead else {
+            return None;
+        };
+        k.fresh_tail(len)
+            .then(|| xts::header_bytes(self.id, k.tail()))
+    }
+
+    /// What [`FileCipher::fresh_tail`] changes.
+    pub fn tail_mark(&self) -> TailMark {
+        match &self.aead {
+            Aead::Xts(k) => TailMark(Some((self.id, k.tail()))),
+            _ => TailMark(None),
+        }
+    }
+
+    /// Puts back the tail counter block of `mark`, taken from this file before a write that
+    /// failed (its old blocks are put back too, sealed under it). Returns the header to store
+    /// if that changed it; `None` if not, or if the file has another ID by now.
+    pub fn put_back_tail(&self, mark: TailMark) -> Option<Vec<u8>> {
+        let (id, tail) = mark.0?;
+        let Aead::Xts(k) = &self.aead else {
+            return None;
+        };
+        if id != self.id {
+            return None;
+        }
+        // The failed write may have sealed under either counter block.
+        let (old, now) = (tail.sealed(), k.tail().sealed());
+        k.set_tail(old);
+        (old != now).then(|| xts::header_bytes(id, old))
     }
 
     fn aad(&self, block: u64) -> [u8; AAD_LEN] {
@@ -830,7 +915,10 @@ mod tests {
         for suite in ALL_SUITES.into_iter().chain([ContentSuite::Aes256Xts]) {
             let codec = codec(suite, false);
             let (bytes, opened, nonces) = codec.fresh_header_with_nonces(&[], 3).unwrap();
-            let id = FileHeader::parse(&bytes).unwrap().id;
+            let id = match suite {
+                ContentSuite::Aes256Xts => xts::parse_header(&bytes).unwrap().0,
+                _ => FileHeader::parse(&bytes).unwrap().id,
+            };
             assert_eq!(opened.cipher.id(), id);
             assert!(ids.insert(id.0), "file ID repeated");
             let reopened = codec.open_header(&bytes).unwrap().cipher;
@@ -921,6 +1009,81 @@ mod tests {
             c.open(0, &short, &mut out[..100]).is_err(),
             "short blocks are never holes"
         );
+    }
+
+    #[test]
+    fn xts_header_values_of_both_versions_parse_and_others_are_refused() {
+        let id = FileId([9; 16]);
+        let v1 = FileHeader { id }.to_bytes();
+        assert_eq!(xts::parse_header(&v1).unwrap(), (id, xts::Tail::Position));
+        let tail = xts::Tail::Drawn {
+            counter: [5; 16],
+            sealed: false,
+        };
+        let v2 = xts::header_bytes(id, tail);
+        assert_eq!(v2, [&[0u8, 2][..], &[9; 16], &[5; 16]].concat());
+        assert_eq!(xts::parse_header(&v2).unwrap(), (id, tail.sealed()));
+        for bad in [
+            &v1[..17],
+            &v2[..18],
+            &v2[..33],
+            &[v2.as_slice(), &[0]].concat(),
+            &[][..],
+        ] {
+            assert!(
+                matches!(xts::parse_header(bad), Err(Error::Tampered(_))),
+                "{} bytes",
+                bad.len()
+            );
+        }
+        let mut v3 = v2.clone();
+        v3[1] = 3;
+        assert!(matches!(
+            xts::parse_header(&v3),
+            Err(Error::UnsupportedVersion { found: 3, .. })
+        ));
+    }
+
+    /// Each short XTS block is sealed under a counter block of its own, which the header
+    /// returned before it records; blocks of 16 bytes and more need none.
+    #[test]
+    fn xts_short_blocks_get_a_counter_block_each() {
+        let codec = codec(ContentSuite::Aes256Xts, false);
+        let (header, opened, _) = codec.fresh_header_with_nonces(&[], 0).unwrap();
+        let c = opened.cipher;
+        assert_eq!(header.len(), 34);
+        // The fresh header's counter block is unused: the first short block takes it.
+        assert_eq!(c.fresh_tail(5), None);
+        let mut first = [0u8; 5];
+        c.seal(1, b"short", &mut first);
+        assert_eq!(c.fresh_tail(16), None);
+        let before = c.tail_mark();
+        let header2 = c.fresh_tail(5).expect("a new counter block");
+        assert_eq!(header2[..18], header[..18], "same version and ID");
+        assert_ne!(header2[18..], header[18..]);
+        let mut second = [0u8; 5];
+        c.seal(1, b"short", &mut second);
+        assert_ne!(first, second, "same plaintext, another keystream");
+        for (h, sealed) in [(&header, first), (&header2, second)] {
+            let mut out = [0u8; 5];
+            codec
+                .open_header(h)
+                .unwrap()
+                .cipher
+                .open(1, &sealed, &mut out)
+                .unwrap();
+            assert_eq!(&out, b"short");
+        }
+        // Putting the first back (a failed write) gives its header again; it counts as used.
+        assert_eq!(c.put_back_tail(before), Some(header.clone()));
+        let mut out = [0u8; 5];
+        c.open(1, &first, &mut out).unwrap();
+        assert_eq!(&out, b"short");
+        assert_ne!(c.fresh_tail(3), None);
+        let other = codec.file_cipher(FileId([1; 16]));
+        assert_eq!(other.put_back_tail(before), None, "another file's");
+        let gcm = self::codec(ContentSuite::Aes256Gcm, false).file_cipher(FileId([1; 16]));
+        assert_eq!(gcm.fresh_tail(5), None);
     }
 
     #[test]

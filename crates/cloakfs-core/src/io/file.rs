@@ -9,7 +9,7 @@
 //! `stream`).
 
 use crate::error::{Error, Result};
-use crate::format::content::{ContentCodec, FileCipher, FileId, FreshNonce};
+use crate::format::content::{ContentCodec, FileCipher, FileId, FreshNonce, TailMark};
 use crate::format::filekey::FileKeySource;
 use crate::format::layout::Layout;
 use crate::io::header;
@@ -41,11 +41,12 @@ thread_local! {
     static PLAIN: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The end of a file before a write at or past it: the plaintext size and, if the last block
-/// is partial, its sealed bytes and their offset.
+/// The end of a file before a write at or past it: the plaintext size, if the last block is
+/// partial, its sealed bytes and their offset, and what they were sealed under.
 struct OldEnd {
     size: u64,
     partial: Option<(u64, Vec<u8>)>,
+    tail: Option<TailMark>,
 }
 
 /// A block's sealed bytes as the caller already read them (index, bytes), so that a write
@@ -494,7 +495,9 @@ impl ContentFile {
             self.write_locked(&mut st, off, data, false, old.last_block(bs))
                 .inspect_err(|_| self.put_back(&mut st, old))?
         } else {
-            self.write_locked(&mut st, off, data, true, None)?
+            let tail = tail_mark(&st);
+            self.write_locked(&mut st, off, data, true, None)
+                .inspect_err(|_| self.put_back_tail(&st, tail))?
         };
         let finished = st.written.add(end.0, end.1);
         drop((hold, st));
@@ -520,6 +523,7 @@ impl ContentFile {
         Ok(OldEnd {
             size: st.size,
             partial,
+            tail: tail_mark(st),
         })
     }
 
@@ -535,6 +539,28 @@ impl ContentFile {
             tracing::warn!("cutting a file back after a failed write: {e}");
         }
         st.size = old.size;
+        self.put_back_tail(st, old.tail);
+    }
+
+    /// Before a block of `len` bytes is sealed as the file's last: a short block of
+    /// AES-256-XTS gets a counter block of its own, stored in the header first (see
+    /// [`FileCipher::fresh_tail`]).
+    fn fresh_tail(&self, cipher: &FileCipher, len: usize) -> Result<()> {
+        match cipher.fresh_tail(len) {
+            Some(header) => header::rewrite(&self.codec, &self.file, &header),
+            None => Ok(()),
+        }
+    }
+
+    /// After a failed write: the counter block the old last block is sealed under, back in the
+    /// header (see [`FileCipher::put_back_tail`]).
+    fn put_back_tail(&self, st: &State, mark: Option<TailMark>) {
+        let header = mark.and_then(|m| st.cipher.as_ref()?.put_back_tail(m));
+        if let Some(header) = header {
+            if let Err(e) = header::rewrite(&self.codec, &self.file, &header) {
+                tracing::warn!("putting back a file header after a failed write: {e}");
+            }
+        }
     }
 
     /// Seals and writes `data` at `off`; returns the backing range written. `reserve` asks
@@ -614,12 +640,14 @@ impl ContentFile {
                             None => self.read_block(cipher, b, old_len, &mut plain[..old_len])?,
                         }
                         plain[ws..we].copy_from_slice(src);
+                        self.fresh_tail(cipher, new_len)?;
                         cipher.seal_fresh(b, nonce, &plain[..new_len], dst);
                         Ok(())
                     })?;
                 } else {
                     debug_assert_eq!(ws, 0);
                     debug_assert_eq!(we, new_len);
+                    self.fresh_tail(cipher, new_len)?;
                     direct.push((b, nonce, src, dst));
                 }
             }
@@ -681,14 +709,18 @@ impl ContentFile {
             let b = new_size / layout.block_size();
             let cipher = st.cipher.as_ref().expect("non-empty file has a header");
             let old_len = layout.block_len(b, old) as usize;
-            PLAIN.with_borrow_mut(|plain| -> Result<()> {
-                plain.resize(old_len, 0);
-                self.read_block(cipher, b, old_len, plain)?;
-                let mut sealed = vec![0u8; rem + layout.overhead() as usize];
-                cipher.seal(b, &plain[..rem], &mut sealed);
-                self.file.write_all_at(&sealed, layout.cipher_offset(b))?;
-                Ok(())
-            })?;
+            let tail = tail_mark(&st);
+            PLAIN
+                .with_borrow_mut(|plain| -> Result<()> {
+                    plain.resize(old_len, 0);
+                    self.read_block(cipher, b, old_len, plain)?;
+                    let mut sealed = vec![0u8; rem + layout.overhead() as usize];
+                    self.fresh_tail(cipher, rem)?;
+                    cipher.seal(b, &plain[..rem], &mut sealed);
+                    self.file.write_all_at(&sealed, layout.cipher_offset(b))?;
+                    Ok(())
+                })
+                .inspect_err(|_| self.put_back_tail(&st, tail))?;
         }
         self.file.set_len(layout.cipher_size(new_size))?;
         st.size = new_size;
@@ -912,6 +944,7 @@ impl ContentFile {
                 plain.resize(new_len, 0);
                 self.read_block(cipher, b, old_len, &mut plain[..old_len])?;
                 let mut sealed = vec![0u8; new_len + overhead];
+                self.fresh_tail(cipher, new_len)?;
                 cipher.seal(b, plain, &mut sealed);
                 let c = layout.cipher_offset(b);
                 self.reserve(layout.cipher_size(size), c + sealed.len() as u64)?;
@@ -933,6 +966,7 @@ impl ContentFile {
                         let l = layout.block_len(i, new_size) as usize;
                         let start = sealed.len();
                         sealed.resize(start + l + overhead, 0);
+                        self.fresh_tail(cipher, l)?;
                         cipher.seal_fresh(i, nonce, &zeros[..l], &mut sealed[start..]);
                     }
                     let c = layout.cipher_offset(b);
@@ -949,6 +983,7 @@ impl ContentFile {
                     // A partial last block must authenticate; whole blocks before it are holes.
                     let zeros = vec![0u8; tail];
                     let mut sealed = vec![0u8; tail + overhead];
+                    self.fresh_tail(cipher, tail)?;
                     cipher.seal(last, &zeros, &mut sealed);
                     self.file
                         .write_all_at(&sealed, layout.cipher_offset(last))?;
@@ -1027,6 +1062,11 @@ fn open_run(cipher: &FileCipher, layout: Layout, first: u64, buf: &mut [u8]) -> 
         }
     }
     Ok(())
+}
+
+/// What the file's last block is sealed under, for [`ContentFile::put_back_tail`].
+fn tail_mark(st: &State) -> Option<TailMark> {
+    st.cipher.as_ref().map(FileCipher::tail_mark)
 }
 
 /// Whether a backing file may have holes: it occupies fewer 512-byte units than its length
@@ -1325,6 +1365,90 @@ pub(crate) mod tests {
         }
     }
 
+    /// An XTS write that fails after its short last block drew a new counter block puts the
+    /// old block back together with the header that holds the counter block it is sealed
+    /// under.
+    #[test]
+    fn an_xts_write_that_runs_out_of_space_puts_its_tail_header_back() {
+        let Some(disk) = SmallDisk::mount() else {
+            eprintln!("skipped: cannot mount a tmpfs (needs root)");
+            return;
+        };
+        let path = disk.0.path().join("f");
+        let open = || {
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .unwrap();
+            ContentFile::open(suite_codec(ContentSuite::Aes256Xts, false), f).unwrap()
+        };
+        let f = open();
+        let bs = f.layout().block_size();
+        let want: Vec<u8> = (0..50 * bs + 5).map(|i| (i % 251) as u8 + 1).collect();
+        f.write_at(0, &want).unwrap();
+        let header = xts_header(&path);
+        disk.fill(64 * 1024);
+        // From inside the 5-byte last block to a new 10-byte one, 73 blocks on.
+        match f.write_at(50 * bs + 1, &vec![0xCD; (73 * bs + 9) as usize]) {
+            Err(Error::Io(e)) => assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}"),
+            r => panic!("expected ENOSPC: {r:?}"),
+        }
+        assert_eq!(xts_header(&path), header);
+        for g in [&f, &open()] {
+            assert_eq!(g.size(), want.len() as u64);
+            assert_eq!(read_all(g), want);
+        }
+    }
+
+    /// The value of an XTS backing file's header xattr.
+    fn xts_header(path: &std::path::Path) -> Vec<u8> {
+        let mut v = [0u8; 64];
+        let n = rustix::fs::getxattr(path, "user.cloakfs.id", &mut v).unwrap();
+        v[..n].to_vec()
+    }
+
+    /// A file written before headers held a counter block (version 1: its short last block
+    /// is keyed by its position) still reads; the next short block written draws a counter
+    /// block and the header becomes version 2.
+    #[test]
+    fn an_xts_file_with_a_version_1_header_reads_and_moves_to_version_2() {
+        let codec = suite_codec(ContentSuite::Aes256Xts, false);
+        let (_, t) = new_suite_file(ContentSuite::Aes256Xts, false);
+        let id = FileId([0x42; 16]);
+        let cipher = codec.file_cipher(id);
+        let plain: Vec<u8> = (0..4096 + 7).map(|i| (i % 249) as u8).collect();
+        let mut sealed = vec![0u8; plain.len()];
+        cipher.seal(0, &plain[..4096], &mut sealed[..4096]);
+        cipher.seal(1, &plain[4096..], &mut sealed[4096..]);
+        // The short block under the version-1 rule: AES-256-CTR from u128le(1).
+        let mut again = sealed[4096..].to_vec();
+        cipher.open(1, &sealed[4096..], &mut again).unwrap();
+        assert_eq!(again, plain[4096..]);
+        std::fs::write(t.path(), &sealed).unwrap();
+        let v1 = FileHeader { id }.to_bytes();
+        rustix::fs::setxattr(
+            t.path(),
+            "user.cloakfs.id",
+            &v1,
+            rustix::fs::XattrFlags::empty(),
+        )
+        .unwrap();
+        let f = ContentFile::open(codec.clone(), clone(&t)).unwrap();
+        assert_eq!(read_all(&f), plain);
+        f.write_at(4096 + 7, b"more").unwrap();
+        let v2 = xts_header(t.path());
+        assert_eq!(v2.len(), 34);
+        assert_eq!(v2[..18], [&2u16.to_be_bytes()[..], &id.0].concat()[..]);
+        let mut want = plain.clone();
+        want.extend_from_slice(b"more");
+        for g in [&f, &ContentFile::open(codec.clone(), clone(&t)).unwrap()] {
+            assert_eq!(read_all(g), want);
+        }
+    }
+
     #[test]
     fn a_truncate_that_cannot_grow_the_file_leaves_it_as_it_was() {
         let Some(disk) = SmallDisk::mount() else {
@@ -1456,6 +1580,58 @@ pub(crate) mod tests {
             (0u64..40_000).prop_map(Op::Truncate),
             (0u64..45_000, 1usize..20_000).prop_map(|(o, l)| Op::Read(o, l)),
         ]
+    }
+
+    /// Writes and truncates around the short last blocks of an XTS file (1..15 bytes past a
+    /// block boundary).
+    fn tail_op() -> impl Strategy<Value = Op> {
+        let near = prop_oneof![0u64..40, 4080u64..4130, 8180u64..8210];
+        prop_oneof![
+            (near.clone(), proptest::collection::vec(any::<u8>(), 1..40))
+                .prop_map(|(o, d)| Op::Write(o, d)),
+            near.prop_map(Op::Truncate),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(32))]
+        /// No two different short last blocks are ever sealed under one counter block: after
+        /// each operation, the counter block in the header and the backing tail are recorded,
+        /// and a counter block seen again comes with the same tail at the same place. A fresh
+        /// open reads what the file holds (header and blocks agree on disk).
+        #[test]
+        fn xts_short_blocks_never_share_a_counter_block(ops in proptest::collection::vec(tail_op(), 1..30)) {
+            let (f, t) = new_suite_file(ContentSuite::Aes256Xts, false);
+            let bs = f.layout().block_size();
+            let mut seen: std::collections::HashMap<Vec<u8>, (u64, Vec<u8>)> = Default::default();
+            let mut reference: Vec<u8> = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Write(o, d) => {
+                        f.write_at(o, &d).unwrap();
+                        let end = o as usize + d.len();
+                        if reference.len() < end { reference.resize(end, 0); }
+                        reference[o as usize..end].copy_from_slice(&d);
+                    }
+                    Op::Truncate(n) => {
+                        f.truncate(n).unwrap();
+                        reference.resize(n as usize, 0);
+                    }
+                    Op::Read(..) => unreachable!("not generated"),
+                }
+                let size = reference.len() as u64;
+                if (1..16).contains(&(size % bs)) {
+                    let header = xts_header(t.path());
+                    prop_assert_eq!(header.len(), 34);
+                    let tail = std::fs::read(t.path()).unwrap()[(size / bs * bs) as usize..].to_vec();
+                    let at = (size / bs, tail);
+                    let before = seen.entry(header[18..].to_vec()).or_insert_with(|| at.clone());
+                    prop_assert_eq!(&*before, &at, "a counter block sealed two tails");
+                }
+                let g = ContentFile::open(suite_codec(ContentSuite::Aes256Xts, false), clone(&t)).unwrap();
+                prop_assert_eq!(read_all(&g), reference.clone());
+            }
+        }
     }
 
     proptest! {

@@ -5,7 +5,6 @@
 
 use crate::error::{Error, Result};
 use crate::format::content::{ContentCodec, ContentSuite, FileHeader, FileId, HeaderPlace};
-use crate::format::layout::HEADER_LEN;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -26,10 +25,13 @@ pub fn read(codec: &ContentCodec, file: &File, len: u64) -> Result<Option<Vec<u8
             Ok(Some(h))
         }
         HeaderPlace::Xattr(name) => {
-            let mut h = vec![0u8; HEADER_LEN as usize];
+            let mut h = vec![0u8; XATTR_ROOM];
             match rustix::fs::fgetxattr(file, name, &mut h[..]) {
-                Ok(n) if n == h.len() => Ok(Some(h)),
-                Ok(_) | Err(rustix::io::Errno::RANGE) => {
+                Ok(n) => {
+                    h.truncate(n);
+                    Ok(Some(h))
+                }
+                Err(rustix::io::Errno::RANGE) => {
                     Err(Error::Tampered(format!("file header ({name}) malformed")))
                 }
                 Err(rustix::io::Errno::NODATA) => Err(Error::Tampered(format!(
@@ -41,6 +43,10 @@ pub fn read(codec: &ContentCodec, file: &File, len: u64) -> Result<Option<Vec<u8
     }
 }
 
+/// Room for the value of a header xattr: more than its longest version (34 bytes, FORMAT.md
+/// section 20); a value that does not fit is malformed.
+const XATTR_ROOM: usize = 64;
+
 /// Keeps a new file's `header` bytes where its suite keeps headers: an xattr is written here,
 /// before any block is sealed under the header's key; an in-file header is returned, for the
 /// caller to write at offset 0 (ahead of, or with, the first blocks).
@@ -48,11 +54,23 @@ pub fn place(codec: &ContentCodec, file: &File, header: Vec<u8>) -> Result<Vec<u
     match codec.suite().header_place() {
         HeaderPlace::InFile => Ok(header),
         HeaderPlace::Xattr(name) => {
-            rustix::fs::fsetxattr(file, name, &header, rustix::fs::XattrFlags::empty())
-                .map_err(|e| refusal_if_unsupported(e, name))?;
+            set_xattr(file, name, &header)?;
             Ok(Vec::new())
         }
     }
+}
+
+/// Replaces the header of a file that has one with `header`, where its suite keeps headers.
+pub fn rewrite(codec: &ContentCodec, file: &File, header: &[u8]) -> Result<()> {
+    match codec.suite().header_place() {
+        HeaderPlace::InFile => Ok(file.write_all_at(header, 0)?),
+        HeaderPlace::Xattr(name) => set_xattr(file, name, header),
+    }
+}
+
+fn set_xattr(file: &File, name: &str, value: &[u8]) -> Result<()> {
+    rustix::fs::fsetxattr(file, name, value, rustix::fs::XattrFlags::empty())
+        .map_err(|e| refusal_if_unsupported(e, name))
 }
 
 /// Whether the file system of directory `dir` can hold the headers of `suite`: for an xattr,
