@@ -56,12 +56,10 @@ fn plaintext_and_encrypted_entries_live_side_by_side() {
         std::fs::read_link(mnt.join("link")).unwrap(),
         PathBuf::from("notes.txt")
     );
-    // Written through the mount, a plaintext file stays plaintext on disk.
+    // Written through the mount, a plaintext file is encrypted first.
     std::fs::write(mnt.join("notes.txt"), "changed in place\n").unwrap();
-    assert_eq!(
-        std::fs::read_to_string(f.cipher.join("notes.txt")).unwrap(),
-        "changed in place\n"
-    );
+    assert!(!f.cipher.join("notes.txt").exists());
+    assert_no_backing_file_holds(&f.cipher, &[b"changed in place"]);
     let mut a = std::fs::OpenOptions::new()
         .append(true)
         .open(mnt.join("notes.txt"))
@@ -112,14 +110,15 @@ fn plaintext_and_encrypted_entries_live_side_by_side() {
     // A plaintext file never replaces an encrypted one: EXDEV, which mv turns into a copy.
     let e = std::fs::rename(mnt.join("README.old"), mnt.join("notes.txt")).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EXDEV));
-    // Truncate and unlink of plaintext files.
+    // Truncated through a handle, encrypted first; then unlinked.
     std::fs::OpenOptions::new()
         .write(true)
         .open(mnt.join("README.old"))
         .unwrap()
         .set_len(2)
         .unwrap();
-    assert_eq!(std::fs::read(f.cipher.join("README.old")).unwrap(), b"no");
+    assert_eq!(std::fs::read(mnt.join("README.old")).unwrap(), b"no");
+    assert!(!f.cipher.join("README.old").exists());
     std::fs::remove_file(mnt.join("README.old")).unwrap();
     assert!(!f.cipher.join("README.old").exists());
     // A plaintext directory with an encrypted entry is not empty; emptied, it goes.
@@ -431,4 +430,133 @@ fn export_copies_plaintext_entries_as_they_are_and_decrypts_the_rest() {
         Path::new("notes.txt")
     );
     assert!(!stderr(&out).contains("not exported"), "{}", stderr(&out));
+}
+
+/// Fails if any regular file below backing directory `dir` (cloakfs's own included) holds
+/// any of `secrets`.
+fn assert_no_backing_file_holds(dir: &Path, secrets: &[&[u8]]) {
+    for n in backing_names(dir) {
+        let p = dir.join(&n);
+        let m = std::fs::symlink_metadata(&p).unwrap();
+        if m.is_dir() {
+            assert_no_backing_file_holds(&p, secrets);
+        } else if m.is_file() {
+            let b = std::fs::read(&p).unwrap();
+            for s in secrets {
+                assert!(
+                    !contains(&b, s),
+                    "{} holds {:?} in plaintext",
+                    p.display(),
+                    String::from_utf8_lossy(s)
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_planted_plaintext_file_never_receives_the_users_writes() {
+    let f = adopted();
+    // Planted by the storage under names the user will write: empty, and with a line.
+    std::fs::write(f.cipher.join("passwords.txt"), "").unwrap();
+    std::fs::write(f.cipher.join("docs/journal.txt"), "planted\n").unwrap();
+    let m = f.mounted(&[]);
+    std::fs::write(f.mnt.join("passwords.txt"), "hunter2 SECRET-ONE").unwrap();
+    let mut a = std::fs::OpenOptions::new()
+        .append(true)
+        .open(f.mnt.join("docs/journal.txt"))
+        .unwrap();
+    std::io::Write::write_all(&mut a, b"SECRET-TWO\n").unwrap();
+    drop(a);
+    assert_eq!(
+        std::fs::read_to_string(f.mnt.join("passwords.txt")).unwrap(),
+        "hunter2 SECRET-ONE"
+    );
+    assert_eq!(
+        std::fs::read_to_string(f.mnt.join("docs/journal.txt")).unwrap(),
+        "planted\nSECRET-TWO\n"
+    );
+    m.unmount();
+    assert_no_backing_file_holds(&f.cipher, &[b"SECRET-ONE", b"SECRET-TWO"]);
+    assert!(!f.cipher.join("passwords.txt").exists());
+    assert!(!f.cipher.join("docs/journal.txt").exists());
+    // The files are the user's, encrypted, after a remount too.
+    let m = f.mounted(&[]);
+    assert_eq!(
+        std::fs::read_to_string(f.mnt.join("passwords.txt")).unwrap(),
+        "hunter2 SECRET-ONE"
+    );
+    m.unmount();
+}
+
+/// The backing name of the entry that `make` adds to the root of `f`'s cipher directory.
+fn backing_of_new(f: &Fixture, make: impl FnOnce()) -> String {
+    let before = backing_names(&f.cipher);
+    make();
+    let mut added: Vec<String> = backing_names(&f.cipher)
+        .into_iter()
+        .filter(|n| !before.contains(n))
+        .collect();
+    assert_eq!(added.len(), 1, "{added:?}");
+    added.remove(0)
+}
+
+#[test]
+fn an_encrypted_file_replaced_by_plaintext_gets_no_plaintext_writes() {
+    let f = adopted();
+    let m = f.mounted(&[]);
+    let backing = backing_of_new(&f, || {
+        std::fs::write(f.mnt.join("secret.txt"), "the user's first line\n").unwrap()
+    });
+    m.unmount();
+    // The storage swaps the encrypted file for a plaintext one under its plaintext name.
+    std::fs::remove_file(f.cipher.join(&backing)).unwrap();
+    std::fs::write(f.cipher.join("secret.txt"), "attacker's line\n").unwrap();
+    let m = f.mounted(&[]);
+    let mut a = std::fs::OpenOptions::new()
+        .append(true)
+        .open(f.mnt.join("secret.txt"))
+        .unwrap();
+    std::io::Write::write_all(&mut a, b"SECRET-THREE\n").unwrap();
+    drop(a);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(f.mnt.join("secret.txt"))
+        .unwrap();
+    m.unmount();
+    assert_no_backing_file_holds(&f.cipher, &[b"SECRET-THREE"]);
+    assert!(!f.cipher.join("secret.txt").exists());
+}
+
+#[test]
+fn a_plaintext_file_that_cannot_be_encrypted_is_not_opened_for_writing() {
+    let f = adopted();
+    std::fs::hard_link(f.cipher.join("notes.txt"), f.cipher.join("notes.bak")).unwrap();
+    std::fs::write(f.cipher.join("open.txt"), "kept\n").unwrap();
+    let m = f.mounted(&[]);
+    let write = |name: &str| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(f.mnt.join(name))
+            .map(drop)
+    };
+    // Its other name would keep the plaintext.
+    let e = write("notes.txt").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EMLINK), "{e}");
+    // Open elsewhere: that handle would go on with the plaintext.
+    let reader = std::fs::File::open(f.mnt.join("open.txt")).unwrap();
+    let e = write("open.txt").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EBUSY), "{e}");
+    drop(reader);
+    write("open.txt").unwrap();
+    assert!(!f.cipher.join("open.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(f.mnt.join("open.txt")).unwrap(),
+        "kept\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(f.cipher.join("notes.txt")).unwrap(),
+        "plain notes\n"
+    );
+    m.unmount();
 }

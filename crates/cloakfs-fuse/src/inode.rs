@@ -553,6 +553,17 @@ impl InodeTable {
         self.read().nodes.get(&nodeid)?.seen_as.clone()
     }
 
+    /// Records that backing object (`dev`, `ino`) is named `name` in directory node `parent`
+    /// now: renamed through the mount, which the kernel does not look up again.
+    pub(crate) fn renamed(&self, dev: u64, ino: u64, parent: u64, name: &[u8]) {
+        let mut t = self.write();
+        if let Some(&n) = t.keys.get(&(dev, ino)) {
+            if let Some(e) = t.nodes.get_mut(&n) {
+                e.seen_as = Some((parent, name.into()));
+            }
+        }
+    }
+
     /// The node of backing object (`dev`, `ino`), if the kernel knows one.
     pub(crate) fn by_key(&self, dev: u64, ino: u64) -> Option<Arc<Inode>> {
         let t = self.read();

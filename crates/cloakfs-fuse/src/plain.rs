@@ -54,6 +54,9 @@ pub(crate) struct PlainFiles {
     backing: Mutex<HashMap<u64, Weak<BackingId>>>,
     /// Whether the kernel agreed to passthrough at init (and no registration failed since).
     pub(crate) passthrough: std::sync::atomic::AtomicBool,
+    /// Held while a plaintext file is encrypted in place: two conversions of one file would
+    /// write the same temporary file.
+    converting: Mutex<()>,
 }
 
 impl PlainFiles {
@@ -195,26 +198,21 @@ impl CloakFs {
         Ok((inode, attr))
     }
 
-    /// Opens plaintext file `inode` for handle `fh` with open(2) `flags`.
-    pub(crate) fn open_plain(&self, inode: &Inode, fh: u64, flags: i32) -> Res<()> {
-        let mut oflags = OFlags::CLOEXEC;
-        oflags |= match flags & libc::O_ACCMODE {
-            libc::O_WRONLY | libc::O_RDWR => OFlags::RDWR,
-            _ => OFlags::RDONLY,
-        };
-        let file = rustix::fs::open(sys::proc_path(inode.fd()), oflags, Mode::empty())
-            .or_else(|e| {
-                if oflags.contains(OFlags::RDWR) && flags & libc::O_ACCMODE == libc::O_WRONLY {
-                    let wr = (oflags - OFlags::RDWR) | OFlags::WRONLY;
-                    rustix::fs::open(sys::proc_path(inode.fd()), wr, Mode::empty())
-                } else {
-                    Err(e)
-                }
-            })
-            .map_err(errno)?;
-        if flags & libc::O_TRUNC != 0 {
-            rustix::fs::ftruncate(&file, 0).map_err(errno)?;
+    /// Opens plaintext file `inode` for reading, for handle `fh`. An open that would write
+    /// (`writes`: write access or O_TRUNC) first encrypts the file in place and answers
+    /// ESTALE, so that the kernel looks its name up again and opens the encrypted file: no
+    /// byte written through the mount goes into a plaintext file, not even into one the
+    /// storage planted under a name the user writes.
+    pub(crate) fn open_plain(&self, inode: &Inode, fh: u64, writes: bool) -> Res<()> {
+        if writes {
+            return self.encrypt_before_write(inode);
         }
+        let file = rustix::fs::open(
+            sys::proc_path(inode.fd()),
+            OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(errno)?;
         self.plain.insert(
             fh,
             PlainHandle {
@@ -223,6 +221,32 @@ impl CloakFs {
             },
         );
         Ok(())
+    }
+
+    /// [`Self::encrypt_in_place`] for an open of plaintext file `inode` that would write it;
+    /// Err(ESTALE) once the file is encrypted. A file that cannot be encrypted now (other
+    /// hard links, or open elsewhere) is not opened for writing at all.
+    fn encrypt_before_write(&self, inode: &Inode) -> Res<()> {
+        let (parent, name) = self.inodes.seen_as(inode.nodeid).ok_or(Errno::ESTALE)?;
+        let dir = self.node(fuser::INodeNo(parent))?;
+        let name = OsStr::from_bytes(&name);
+        match self.encrypt_in_place(&dir, name) {
+            Ok(Encrypted::Now | Encrypted::Already) => Err(Errno::ESTALE),
+            Ok(Encrypted::NotAFile) => Err(Errno::EINVAL),
+            Err(e) => {
+                let why = match e {
+                    Errno::EMLINK => "it has other hard links, which would keep the plaintext",
+                    Errno::EBUSY => "it is open; close it and open it again",
+                    _ => "it cannot be encrypted",
+                };
+                tracing::warn!(
+                    "{:?}: plaintext file not opened for writing, since writing encrypts it \
+                     first and {why} ({e:?})",
+                    name
+                );
+                Err(e)
+            }
+        }
     }
 
     /// Registers the backing file of plaintext handle `fh` of `inode` with the kernel for
@@ -332,7 +356,19 @@ impl CloakFs {
         if flags.contains(fuser::RenameFlags::RENAME_NOREPLACE) {
             rflags |= rustix::fs::RenameFlags::NOREPLACE;
         }
-        rustix::fs::renameat_with(p.fd(), from, np.fd(), to, rflags).map_err(errno)
+        rustix::fs::renameat_with(p.fd(), from, np.fd(), to, rflags).map_err(errno)?;
+        // Its node's name, by which an open for writing finds it to encrypt it.
+        let mut now_named = vec![(np, to)];
+        if rflags.contains(rustix::fs::RenameFlags::EXCHANGE) {
+            now_named.push((p, from));
+        }
+        for (dir, name) in now_named {
+            if let Ok(st) = rustix::fs::statat(dir.fd(), name, AtFlags::SYMLINK_NOFOLLOW) {
+                self.inodes
+                    .renamed(st.st_dev, st.st_ino, dir.nodeid, name.as_bytes());
+            }
+        }
+        Ok(())
     }
 
     /// Truncates plaintext file `inode` to `size`.
@@ -400,6 +436,11 @@ impl CloakFs {
         if !self.adopted() {
             return Err(Errno::EOPNOTSUPP);
         }
+        let _one_at_a_time = self
+            .plain
+            .converting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let dfd = dir.fd();
         let plain = match self.resolve(dir, name)? {
             Resolved::Encrypted(stored) if exists(dfd, stored.backing()) => {
