@@ -65,6 +65,7 @@ pub fn params(suite: ContentSuite, block_size: u64, strict_holes: bool) -> Volum
         strict_holes,
         file_keys: Default::default(),
         adopted: false,
+        converted: false,
     }
 }
 

@@ -234,12 +234,17 @@ fn encrypt_killed_then_resumed_leaves_every_file_whole() {
     }
     assert!(f.init(&["--adopt"]).status.success());
     let m = f.mounted(&[]);
-    let plain_left = || {
-        backing_names(&f.cipher.join("d"))
+    // `d` itself is encrypted (renamed) by the run too.
+    fn dat_files_below(dir: &Path) -> usize {
+        backing_names(dir)
             .iter()
-            .filter(|n| n.ends_with(".dat"))
-            .count()
-    };
+            .map(|n| match dir.join(n).is_dir() {
+                true => dat_files_below(&dir.join(n)),
+                false => n.ends_with(".dat") as usize,
+            })
+            .sum()
+    }
+    let plain_left = || dat_files_below(&f.cipher);
     let mut child = f
         .bin()
         .args(["encrypt", "-r", s(&f.mnt.join("d"))])
@@ -559,4 +564,113 @@ fn a_plaintext_file_that_cannot_be_encrypted_is_not_opened_for_writing() {
         "plain notes\n"
     );
     m.unmount();
+}
+
+#[test]
+fn after_encrypt_r_no_plaintext_entry_is_accepted_unless_the_user_says_so() {
+    let f = adopted();
+    let st = std::process::Command::new("mkfifo")
+        .arg(f.cipher.join("pipe"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let m = f.mounted(&[]);
+    let backing = backing_of_new(&f, || {
+        std::fs::write(f.mnt.join("secret.txt"), "the user's secret\n").unwrap()
+    });
+    let out = f.run(&["encrypt", "-r", s(&f.mnt)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("no plaintext entry is left"), "{said}");
+    // Files, directories, the symlink and the fifo are encrypted entries now, unchanged.
+    let read = |p: &str| std::fs::read_to_string(f.mnt.join(p)).unwrap();
+    assert_eq!(read("notes.txt"), "plain notes\n");
+    assert_eq!(read("docs/deep/a.md"), "deep file\n");
+    assert_eq!(
+        std::fs::read_link(f.mnt.join("link")).unwrap(),
+        PathBuf::from("notes.txt")
+    );
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::symlink_metadata(f.mnt.join("pipe"))
+        .unwrap()
+        .file_type()
+        .is_fifo());
+    m.unmount();
+    for n in backing_names(&f.cipher) {
+        assert!(
+            n.starts_with("cloakfs.") || !n.contains('.') && n.len() > 20,
+            "plaintext name left: {n}"
+        );
+    }
+    let out = f.run(&["fsck", "--passfile", s(&f.pass), s(&f.cipher)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // The storage swaps the encrypted file for plaintext and plants more.
+    std::fs::remove_file(f.cipher.join(&backing)).unwrap();
+    std::fs::write(f.cipher.join("secret.txt"), "attacker's secret\n").unwrap();
+    std::fs::write(f.cipher.join("passwords.txt"), "").unwrap();
+    std::fs::create_dir(f.cipher.join("planted")).unwrap();
+    std::fs::write(f.cipher.join("planted/x.txt"), "planted\n").unwrap();
+    let m = f.mounted(&[]);
+    for p in ["secret.txt", "passwords.txt", "planted"] {
+        let e = std::fs::symlink_metadata(f.mnt.join(p)).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{p}");
+    }
+    let mut listed: Vec<String> = std::fs::read_dir(&f.mnt)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    listed.sort();
+    assert_eq!(listed, ["README", "docs", "link", "notes.txt", "pipe"]);
+    std::fs::write(f.mnt.join("passwords.txt"), "SECRET-FOUR").unwrap();
+    assert_eq!(read("passwords.txt"), "SECRET-FOUR");
+    m.unmount();
+    assert_no_backing_file_holds(&f.cipher, &[b"SECRET-FOUR"]);
+    let out = f.run(&["fsck", "--passfile", s(&f.pass), s(&f.cipher)]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{text}");
+    for planted in ["secret.txt", "passwords.txt", "planted"] {
+        assert!(text.contains(planted), "{planted} not reported: {text}");
+    }
+    // The user's explicit opt-in serves them, and encrypts them again.
+    let m = f.mounted(&["--accept-plaintext"]);
+    assert_eq!(read("secret.txt"), "attacker's secret\n");
+    assert_eq!(read("planted/x.txt"), "planted\n");
+    let out = f.run(&["encrypt", "-r", s(&f.mnt.join("planted"))]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    m.unmount();
+    assert!(!f.cipher.join("planted").exists());
+    // Recorded under the config MAC.
+    let config = std::fs::read_to_string(f.cipher.join("cloakfs.conf")).unwrap();
+    assert!(
+        config.contains("\"plaintext_entries\": \"converted\""),
+        "{config}"
+    );
+}
+
+#[test]
+fn encrypt_r_records_no_conversion_while_plaintext_is_left() {
+    use std::os::unix::ffi::OsStrExt;
+    let f = adopted();
+    // A name that is not UTF-8 is not served, so encrypt -r cannot see it.
+    let odd = std::ffi::OsStr::from_bytes(b"caf\xe9.txt");
+    std::fs::write(f.cipher.join(odd), "unseen\n").unwrap();
+    let m = f.mounted(&[]);
+    let out = f.run(&["encrypt", "-r", s(&f.mnt)]);
+    assert_fails(&out, 5, "plaintext entries are left");
+    m.unmount();
+    let config = std::fs::read_to_string(f.cipher.join("cloakfs.conf")).unwrap();
+    assert!(config.contains("\"adopted\""), "{config}");
+    std::fs::remove_file(f.cipher.join(odd)).unwrap();
+    // A directory with extended attributes is not renamed into an encrypted one.
+    std::fs::create_dir(f.cipher.join("tagged")).unwrap();
+    set_xattr(&f.cipher.join("tagged"), "user.tag", "x");
+    let m = f.mounted(&[]);
+    let out = f.run(&["encrypt", "-r", s(&f.mnt)]);
+    assert_fails(&out, 5, "extended attributes");
+    m.unmount();
+    assert_eq!(xattr(&f.cipher.join("tagged"), "user.tag"), "x");
 }

@@ -136,6 +136,7 @@ fn params() -> VolumeParams {
         strict_holes: false,
         file_keys: Default::default(),
         adopted: false,
+        converted: false,
     }
 }
 

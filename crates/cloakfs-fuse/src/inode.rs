@@ -173,6 +173,11 @@ impl Inode {
         self.plain.store(true, Ordering::Relaxed);
     }
 
+    /// Marks the node as an encrypted entry again: `cloakfs encrypt` renamed its object.
+    pub(crate) fn mark_encrypted(&self) {
+        self.plain.store(false, Ordering::Relaxed);
+    }
+
     /// Whether the node is a plaintext entry of an adopted tree.
     pub(crate) fn is_plain(&self) -> bool {
         self.plain.load(Ordering::Relaxed)

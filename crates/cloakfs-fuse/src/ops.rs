@@ -657,10 +657,14 @@ impl Filesystem for CloakFs {
         }
         let name = in_data.split(|&b| b == 0).next().unwrap_or_default();
         let r = self.node(ino).and_then(|dir| {
+            if name.is_empty() {
+                return self.finish_conversion(&dir).map(|()| 0);
+            }
             self.encrypt_in_place(&dir, std::os::unix::ffi::OsStrExt::from_bytes(name))
+                .map(|done| done as i32)
         });
         match r {
-            Ok(done) => reply.ioctl(done as i32, &[]),
+            Ok(done) => reply.ioctl(done, &[]),
             Err(e) => reply.error(e),
         }
     }
