@@ -1,7 +1,9 @@
 //! Adopted plaintext trees (`cloakfs init --adopt`, `cloakfs encrypt`) on real FUSE mounts:
-//! plaintext and encrypted entries side by side, plaintext files read and written as they
-//! are, new files encrypted on disk, renames between the kinds, the collision rule, FUSE
-//! passthrough in use, `encrypt` killed with SIGKILL and resumed, and bad input in one line.
+//! plaintext and encrypted entries side by side, plaintext files read as they are and
+//! encrypted before any write (planted ones too), new files encrypted on disk, renames
+//! between the kinds, the collision rule, FUSE passthrough in use, `encrypt` killed with
+//! SIGKILL and resumed, a finished conversion refusing planted entries, and bad input in
+//! one line.
 
 mod common;
 

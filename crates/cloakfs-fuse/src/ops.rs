@@ -423,14 +423,9 @@ impl Filesystem for CloakFs {
             Ok(i) => i,
             Err(e) => return reply.error(e),
         };
-        if let Some(h) = self.plain.get(fh.0) {
-            let r = self.writable().and_then(|()| {
-                rustix::io::pwrite(&h.file, data, offset).map_err(crate::sys::errno)
-            });
-            return match r {
-                Ok(n) => reply.written(n as u32),
-                Err(e) => reply.error(e),
-            };
+        if self.plain.get(fh.0).is_some() {
+            // Plaintext files are only opened for reading (see `open_plain`).
+            return reply.error(Errno::EBADF);
         }
         let r = self.writable().and_then(|()| {
             self.check_size(offset, data.len() as u64)?;

@@ -9,10 +9,15 @@
 //! mount, or a crash inside `cloakfs encrypt`), lookups and listings show the encrypted one,
 //! and fsck reports the other.
 //!
-//! Plaintext files are opened with the kernel's FUSE passthrough (FOPEN_PASSTHROUGH) when the
-//! kernel offers it and the daemon may register backing files (CAP_SYS_ADMIN, i.e. a root
-//! mount); their reads and writes then never reach the daemon. Otherwise they are read and
-//! written here, with plain `pread`/`pwrite` on the backing file.
+//! Plaintext files are only opened for reading: an open that would write one encrypts it in
+//! place first (`open_plain`). They are opened with the kernel's FUSE passthrough
+//! (FOPEN_PASSTHROUGH) when the kernel offers it and the daemon may register backing files
+//! (CAP_SYS_ADMIN, i.e. a root mount); their reads then never reach the daemon. Otherwise
+//! they are read here, with plain `pread` on the backing file.
+//!
+//! Whether plaintext entries are served at all is [`PlainFiles::new`]'s: an adopted tree,
+//! or a converted one (`plaintext_entries = "converted"`, recorded by `finish_conversion`)
+//! that the user mounted with `--accept-plaintext`.
 
 use crate::fs::CloakFs;
 use crate::inode::{Inode, Kind};
