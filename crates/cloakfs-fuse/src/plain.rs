@@ -257,6 +257,12 @@ impl CloakFs {
         let (parent, name) = self.inodes.seen_as(inode.nodeid).ok_or(Errno::ESTALE)?;
         let dir = self.node(fuser::INodeNo(parent))?;
         let name = OsStr::from_bytes(&name);
+        // Renamed or replaced outside the mount: the kernel is to look the name up again.
+        let now = rustix::fs::statat(dir.fd(), name, AtFlags::SYMLINK_NOFOLLOW);
+        let node = rustix::fs::fstat(inode.fd()).map_err(errno)?;
+        if !now.is_ok_and(|st| (st.st_dev, st.st_ino) == (node.st_dev, node.st_ino)) {
+            return Err(Errno::ESTALE);
+        }
         match self.encrypt_in_place(&dir, name) {
             Ok(Encrypted::Now | Encrypted::Already) => Err(Errno::ESTALE),
             Err(e) => {
