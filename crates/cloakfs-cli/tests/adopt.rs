@@ -576,6 +576,12 @@ fn after_encrypt_r_no_plaintext_entry_is_accepted_unless_the_user_says_so() {
         .status()
         .unwrap();
     assert!(st.success());
+    // A long symlink target and long names: stored apart (FORMAT 9.3, 10.1).
+    let long_target = "t".repeat(300);
+    std::os::unix::fs::symlink(&long_target, f.cipher.join("docs/longlink")).unwrap();
+    let long_dir = "d".repeat(200);
+    std::fs::create_dir(f.cipher.join("docs").join(&long_dir)).unwrap();
+    std::fs::write(f.cipher.join("docs").join(&long_dir).join("in.txt"), "in\n").unwrap();
     let m = f.mounted(&[]);
     let backing = backing_of_new(&f, || {
         std::fs::write(f.mnt.join("secret.txt"), "the user's secret\n").unwrap()
@@ -592,6 +598,11 @@ fn after_encrypt_r_no_plaintext_entry_is_accepted_unless_the_user_says_so() {
         std::fs::read_link(f.mnt.join("link")).unwrap(),
         PathBuf::from("notes.txt")
     );
+    assert_eq!(
+        std::fs::read_link(f.mnt.join("docs/longlink")).unwrap(),
+        PathBuf::from(&long_target)
+    );
+    assert_eq!(read(&format!("docs/{long_dir}/in.txt")), "in\n");
     use std::os::unix::fs::FileTypeExt;
     assert!(std::fs::symlink_metadata(f.mnt.join("pipe"))
         .unwrap()
