@@ -148,7 +148,7 @@ CONFIG_FILE = "cloakfs.conf"
 CONFIG_MAX = 1 << 20
 VOLUME_FIELDS = {
     "format_version", "volume_id", "content_cipher", "name_cipher",
-    "block_size", "long_name_max", "holes",
+    "block_size", "long_name_max", "holes", "plaintext_entries",
 }
 KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
 
@@ -229,6 +229,13 @@ class Config:
         self.strict = holes == "strict"
         if self.strict and self.content_cipher == "aes-256-xts":
             raise VolumeError("damaged config: strict holes with aes-256-xts")
+        # Section 21: a converted adopted tree has no plaintext entry, like any volume.
+        entries = vol.get("plaintext_entries")
+        if entries == "adopted":
+            raise VolumeError("an adopted tree with plaintext entries left (section 21) "
+                              "is not supported")
+        if entries not in (None, "converted"):
+            raise VolumeError(f"damaged config: unknown plaintext_entries mode {entries!r}")
 
         self.slots = doc["slots"]
         ids = set()

@@ -293,4 +293,25 @@ sizes() { find "$1" -type f ! -name 'cloakfs.*' -size +0 -printf '%s\n' | sort -
 }
 echo "run.sh: an aes-256-xts volume decrypts, and its backing files have the plaintext sizes"
 
+# 8. An adopted tree (FORMAT.md section 21) converted by `cloakfs encrypt -r` is an ordinary
+# volume: it decrypts to the tree it held; before the conversion it is refused.
+aplain="$real/adopt-plain"
+mkdir -p "$aplain/sub"
+echo "an adopted file" >"$aplain/sub/notes.txt"
+ln -s sub/notes.txt "$aplain/link"
+cp -a "$aplain" "$real/adopted"
+"$cloakfs" init --adopt --passfile "$real/pass" --kdf-memory 64 --kdf-iterations 1 \
+    "$real/adopted" >/dev/null
+if python3 "$decrypt" --passfile "$real/pass" "$real/adopted" "$real/adopted-early" \
+    2>/dev/null >&2; then
+    echo "run.sh: an adopted tree with plaintext entries was decrypted" >&2
+    exit 1
+fi
+"$cloakfs" mount --passfile "$real/pass" "$real/adopted" "$mnt"
+"$cloakfs" encrypt -r "$mnt" >/dev/null
+"$cloakfs" unmount "$mnt"
+python3 "$decrypt" --passfile "$real/pass" "$real/adopted" "$real/adopted-out" >/dev/null
+diff -r --no-dereference "$aplain" "$real/adopted-out"
+echo "run.sh: a converted adopted tree decrypts to the tree it held"
+
 echo "run.sh: all checks passed"

@@ -54,7 +54,8 @@ pub enum Command {
     Reverse(crate::commands::reverse::ReverseArgs),
     /// Run a command with the plaintext view that only it and its children see.
     Run(crate::commands::run::RunArgs),
-    /// Encrypt plaintext files of an adopted tree in place, through its mount (resumable).
+    /// Encrypt plaintext entries of an adopted tree in place, through its mount (resumable);
+    /// `-r` of the whole mount then has the tree recorded as converted.
     Encrypt(crate::commands::encrypt::EncryptArgs),
     /// Unmount a plaintext view (flushes everything first).
     #[command(alias = "umount")]

@@ -1,7 +1,9 @@
 //! Adopted plaintext trees (`cloakfs init --adopt`, `cloakfs encrypt`) on real FUSE mounts:
-//! plaintext and encrypted entries side by side, plaintext files read and written as they
-//! are, new files encrypted on disk, renames between the kinds, the collision rule, FUSE
-//! passthrough in use, `encrypt` killed with SIGKILL and resumed, and bad input in one line.
+//! plaintext and encrypted entries side by side, plaintext files read as they are and
+//! encrypted before any write (planted ones too), new files encrypted on disk, renames
+//! between the kinds, the collision rule, FUSE passthrough in use, `encrypt` killed with
+//! SIGKILL and resumed, a finished conversion refusing planted entries, and bad input in
+//! one line.
 
 mod common;
 
@@ -56,12 +58,10 @@ fn plaintext_and_encrypted_entries_live_side_by_side() {
         std::fs::read_link(mnt.join("link")).unwrap(),
         PathBuf::from("notes.txt")
     );
-    // Written through the mount, a plaintext file stays plaintext on disk.
+    // Written through the mount, a plaintext file is encrypted first.
     std::fs::write(mnt.join("notes.txt"), "changed in place\n").unwrap();
-    assert_eq!(
-        std::fs::read_to_string(f.cipher.join("notes.txt")).unwrap(),
-        "changed in place\n"
-    );
+    assert!(!f.cipher.join("notes.txt").exists());
+    assert_no_backing_file_holds(&f.cipher, &[b"changed in place"]);
     let mut a = std::fs::OpenOptions::new()
         .append(true)
         .open(mnt.join("notes.txt"))
@@ -112,14 +112,15 @@ fn plaintext_and_encrypted_entries_live_side_by_side() {
     // A plaintext file never replaces an encrypted one: EXDEV, which mv turns into a copy.
     let e = std::fs::rename(mnt.join("README.old"), mnt.join("notes.txt")).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EXDEV));
-    // Truncate and unlink of plaintext files.
+    // Truncated through a handle, encrypted first; then unlinked.
     std::fs::OpenOptions::new()
         .write(true)
         .open(mnt.join("README.old"))
         .unwrap()
         .set_len(2)
         .unwrap();
-    assert_eq!(std::fs::read(f.cipher.join("README.old")).unwrap(), b"no");
+    assert_eq!(std::fs::read(mnt.join("README.old")).unwrap(), b"no");
+    assert!(!f.cipher.join("README.old").exists());
     std::fs::remove_file(mnt.join("README.old")).unwrap();
     assert!(!f.cipher.join("README.old").exists());
     // A plaintext directory with an encrypted entry is not empty; emptied, it goes.
@@ -235,12 +236,17 @@ fn encrypt_killed_then_resumed_leaves_every_file_whole() {
     }
     assert!(f.init(&["--adopt"]).status.success());
     let m = f.mounted(&[]);
-    let plain_left = || {
-        backing_names(&f.cipher.join("d"))
+    // `d` itself is encrypted (renamed) by the run too.
+    fn dat_files_below(dir: &Path) -> usize {
+        backing_names(dir)
             .iter()
-            .filter(|n| n.ends_with(".dat"))
-            .count()
-    };
+            .map(|n| match dir.join(n).is_dir() {
+                true => dat_files_below(&dir.join(n)),
+                false => n.ends_with(".dat") as usize,
+            })
+            .sum()
+    }
+    let plain_left = || dat_files_below(&f.cipher);
     let mut child = f
         .bin()
         .args(["encrypt", "-r", s(&f.mnt.join("d"))])
@@ -431,4 +437,253 @@ fn export_copies_plaintext_entries_as_they_are_and_decrypts_the_rest() {
         Path::new("notes.txt")
     );
     assert!(!stderr(&out).contains("not exported"), "{}", stderr(&out));
+}
+
+/// Fails if any regular file below backing directory `dir` (cloakfs's own included) holds
+/// any of `secrets`.
+fn assert_no_backing_file_holds(dir: &Path, secrets: &[&[u8]]) {
+    for n in backing_names(dir) {
+        let p = dir.join(&n);
+        let m = std::fs::symlink_metadata(&p).unwrap();
+        if m.is_dir() {
+            assert_no_backing_file_holds(&p, secrets);
+        } else if m.is_file() {
+            let b = std::fs::read(&p).unwrap();
+            for s in secrets {
+                assert!(
+                    !contains(&b, s),
+                    "{} holds {:?} in plaintext",
+                    p.display(),
+                    String::from_utf8_lossy(s)
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_planted_plaintext_file_never_receives_the_users_writes() {
+    let f = adopted();
+    // Planted by the storage under names the user will write: empty, and with a line.
+    std::fs::write(f.cipher.join("passwords.txt"), "").unwrap();
+    std::fs::write(f.cipher.join("docs/journal.txt"), "planted\n").unwrap();
+    let m = f.mounted(&[]);
+    std::fs::write(f.mnt.join("passwords.txt"), "hunter2 SECRET-ONE").unwrap();
+    let mut a = std::fs::OpenOptions::new()
+        .append(true)
+        .open(f.mnt.join("docs/journal.txt"))
+        .unwrap();
+    std::io::Write::write_all(&mut a, b"SECRET-TWO\n").unwrap();
+    drop(a);
+    assert_eq!(
+        std::fs::read_to_string(f.mnt.join("passwords.txt")).unwrap(),
+        "hunter2 SECRET-ONE"
+    );
+    assert_eq!(
+        std::fs::read_to_string(f.mnt.join("docs/journal.txt")).unwrap(),
+        "planted\nSECRET-TWO\n"
+    );
+    m.unmount();
+    assert_no_backing_file_holds(&f.cipher, &[b"SECRET-ONE", b"SECRET-TWO"]);
+    assert!(!f.cipher.join("passwords.txt").exists());
+    assert!(!f.cipher.join("docs/journal.txt").exists());
+    // The files are the user's, encrypted, after a remount too.
+    let m = f.mounted(&[]);
+    assert_eq!(
+        std::fs::read_to_string(f.mnt.join("passwords.txt")).unwrap(),
+        "hunter2 SECRET-ONE"
+    );
+    m.unmount();
+}
+
+/// The backing name of the entry that `make` adds to the root of `f`'s cipher directory.
+fn backing_of_new(f: &Fixture, make: impl FnOnce()) -> String {
+    let before = backing_names(&f.cipher);
+    make();
+    let mut added: Vec<String> = backing_names(&f.cipher)
+        .into_iter()
+        .filter(|n| !before.contains(n))
+        .collect();
+    assert_eq!(added.len(), 1, "{added:?}");
+    added.remove(0)
+}
+
+#[test]
+fn an_encrypted_file_replaced_by_plaintext_gets_no_plaintext_writes() {
+    let f = adopted();
+    let m = f.mounted(&[]);
+    let backing = backing_of_new(&f, || {
+        std::fs::write(f.mnt.join("secret.txt"), "the user's first line\n").unwrap()
+    });
+    m.unmount();
+    // The storage swaps the encrypted file for a plaintext one under its plaintext name.
+    std::fs::remove_file(f.cipher.join(&backing)).unwrap();
+    std::fs::write(f.cipher.join("secret.txt"), "attacker's line\n").unwrap();
+    let m = f.mounted(&[]);
+    let mut a = std::fs::OpenOptions::new()
+        .append(true)
+        .open(f.mnt.join("secret.txt"))
+        .unwrap();
+    std::io::Write::write_all(&mut a, b"SECRET-THREE\n").unwrap();
+    drop(a);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(f.mnt.join("secret.txt"))
+        .unwrap();
+    m.unmount();
+    assert_no_backing_file_holds(&f.cipher, &[b"SECRET-THREE"]);
+    assert!(!f.cipher.join("secret.txt").exists());
+}
+
+#[test]
+fn a_plaintext_file_that_cannot_be_encrypted_is_not_opened_for_writing() {
+    let f = adopted();
+    std::fs::hard_link(f.cipher.join("notes.txt"), f.cipher.join("notes.bak")).unwrap();
+    std::fs::write(f.cipher.join("open.txt"), "kept\n").unwrap();
+    let m = f.mounted(&[]);
+    let write = |name: &str| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(f.mnt.join(name))
+            .map(drop)
+    };
+    // Its other name would keep the plaintext.
+    let e = write("notes.txt").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EMLINK), "{e}");
+    // Open elsewhere: that handle would go on with the plaintext.
+    let reader = std::fs::File::open(f.mnt.join("open.txt")).unwrap();
+    let e = write("open.txt").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EBUSY), "{e}");
+    drop(reader);
+    write("open.txt").unwrap();
+    assert!(!f.cipher.join("open.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(f.mnt.join("open.txt")).unwrap(),
+        "kept\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(f.cipher.join("notes.txt")).unwrap(),
+        "plain notes\n"
+    );
+    m.unmount();
+}
+
+#[test]
+fn after_encrypt_r_no_plaintext_entry_is_accepted_unless_the_user_says_so() {
+    let f = adopted();
+    let st = std::process::Command::new("mkfifo")
+        .arg(f.cipher.join("pipe"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    // A long symlink target and long names: stored apart (FORMAT 9.3, 10.1).
+    let long_target = "t".repeat(300);
+    std::os::unix::fs::symlink(&long_target, f.cipher.join("docs/longlink")).unwrap();
+    let long_dir = "d".repeat(200);
+    std::fs::create_dir(f.cipher.join("docs").join(&long_dir)).unwrap();
+    std::fs::write(f.cipher.join("docs").join(&long_dir).join("in.txt"), "in\n").unwrap();
+    let m = f.mounted(&[]);
+    let backing = backing_of_new(&f, || {
+        std::fs::write(f.mnt.join("secret.txt"), "the user's secret\n").unwrap()
+    });
+    let out = f.run(&["encrypt", "-r", s(&f.mnt)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("no plaintext entry is left"), "{said}");
+    // Files, directories, the symlink and the fifo are encrypted entries now, unchanged.
+    let read = |p: &str| std::fs::read_to_string(f.mnt.join(p)).unwrap();
+    assert_eq!(read("notes.txt"), "plain notes\n");
+    assert_eq!(read("docs/deep/a.md"), "deep file\n");
+    assert_eq!(
+        std::fs::read_link(f.mnt.join("link")).unwrap(),
+        PathBuf::from("notes.txt")
+    );
+    assert_eq!(
+        std::fs::read_link(f.mnt.join("docs/longlink")).unwrap(),
+        PathBuf::from(&long_target)
+    );
+    assert_eq!(read(&format!("docs/{long_dir}/in.txt")), "in\n");
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::symlink_metadata(f.mnt.join("pipe"))
+        .unwrap()
+        .file_type()
+        .is_fifo());
+    m.unmount();
+    for n in backing_names(&f.cipher) {
+        assert!(
+            n.starts_with("cloakfs.") || !n.contains('.') && n.len() > 20,
+            "plaintext name left: {n}"
+        );
+    }
+    let out = f.run(&["fsck", "--passfile", s(&f.pass), s(&f.cipher)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // The storage swaps the encrypted file for plaintext and plants more.
+    std::fs::remove_file(f.cipher.join(&backing)).unwrap();
+    std::fs::write(f.cipher.join("secret.txt"), "attacker's secret\n").unwrap();
+    std::fs::write(f.cipher.join("passwords.txt"), "").unwrap();
+    std::fs::create_dir(f.cipher.join("planted")).unwrap();
+    std::fs::write(f.cipher.join("planted/x.txt"), "planted\n").unwrap();
+    let m = f.mounted(&[]);
+    for p in ["secret.txt", "passwords.txt", "planted"] {
+        let e = std::fs::symlink_metadata(f.mnt.join(p)).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{p}");
+    }
+    let mut listed: Vec<String> = std::fs::read_dir(&f.mnt)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    listed.sort();
+    assert_eq!(listed, ["README", "docs", "link", "notes.txt", "pipe"]);
+    std::fs::write(f.mnt.join("passwords.txt"), "SECRET-FOUR").unwrap();
+    assert_eq!(read("passwords.txt"), "SECRET-FOUR");
+    m.unmount();
+    assert_no_backing_file_holds(&f.cipher, &[b"SECRET-FOUR"]);
+    let out = f.run(&["fsck", "--passfile", s(&f.pass), s(&f.cipher)]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{text}");
+    for planted in ["secret.txt", "passwords.txt", "planted"] {
+        assert!(text.contains(planted), "{planted} not reported: {text}");
+    }
+    // The user's explicit opt-in serves them, and encrypts them again.
+    let m = f.mounted(&["--accept-plaintext"]);
+    assert_eq!(read("secret.txt"), "attacker's secret\n");
+    assert_eq!(read("planted/x.txt"), "planted\n");
+    let out = f.run(&["encrypt", "-r", s(&f.mnt.join("planted"))]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    m.unmount();
+    assert!(!f.cipher.join("planted").exists());
+    // Recorded under the config MAC.
+    let config = std::fs::read_to_string(f.cipher.join("cloakfs.conf")).unwrap();
+    assert!(
+        config.contains("\"plaintext_entries\": \"converted\""),
+        "{config}"
+    );
+}
+
+#[test]
+fn encrypt_r_records_no_conversion_while_plaintext_is_left() {
+    use std::os::unix::ffi::OsStrExt;
+    let f = adopted();
+    // A name that is not UTF-8 is not served, so encrypt -r cannot see it.
+    let odd = std::ffi::OsStr::from_bytes(b"caf\xe9.txt");
+    std::fs::write(f.cipher.join(odd), "unseen\n").unwrap();
+    let m = f.mounted(&[]);
+    let out = f.run(&["encrypt", "-r", s(&f.mnt)]);
+    assert_fails(&out, 5, "plaintext entries are left");
+    m.unmount();
+    let config = std::fs::read_to_string(f.cipher.join("cloakfs.conf")).unwrap();
+    assert!(config.contains("\"adopted\""), "{config}");
+    std::fs::remove_file(f.cipher.join(odd)).unwrap();
+    // A directory with extended attributes is not renamed into an encrypted one.
+    std::fs::create_dir(f.cipher.join("tagged")).unwrap();
+    set_xattr(&f.cipher.join("tagged"), "user.tag", "x");
+    let m = f.mounted(&[]);
+    let out = f.run(&["encrypt", "-r", s(&f.mnt)]);
+    assert_fails(&out, 5, "extended attributes");
+    m.unmount();
+    assert_eq!(xattr(&f.cipher.join("tagged"), "user.tag"), "x");
 }

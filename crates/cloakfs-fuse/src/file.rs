@@ -166,7 +166,7 @@ impl CloakFs {
             self.kill_suidgid_on_truncate(req, &inode)?;
         }
         if inode.is_plain() {
-            return self.open_plain(&inode, fh, flags);
+            return self.open_plain(&inode, fh, writable);
         }
         // A sharing volume's withdrawal replaces the backing file under its name (in this mount
         // or another): ESTALE makes the kernel look the name up again and open the new file, so

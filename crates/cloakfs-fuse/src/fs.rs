@@ -124,6 +124,7 @@ impl CloakFs {
         let local_opens = sys::opens_are_local(fd.as_fd());
         let inodes = InodeTable::new(NodeFd::path(fd), &meta, volume.root_dir_id(), base);
         let layout = volume.content().layout();
+        let params = volume.config().params.clone();
         let max_size = (i64::MAX as u64 - cloakfs_core::format::layout::HEADER_LEN)
             / layout.cipher_block_size()
             * layout.block_size();
@@ -147,8 +148,15 @@ impl CloakFs {
             writeback_cache: false,
             io_uring: false,
             uncached_writers: false,
-            plain: Default::default(),
+            plain: crate::plain::PlainFiles::new(&params, false),
         })
+    }
+
+    /// The same file system, serving the plaintext entries of a converted adopted tree if
+    /// `accept` (the user's `--accept-plaintext`).
+    pub(crate) fn accept_plaintext(mut self, accept: bool) -> Self {
+        self.plain = crate::plain::PlainFiles::new(&self.volume.config().params, accept);
+        self
     }
 
     /// The same file system, its cipher directory shared with other machines as `sharing`

@@ -173,6 +173,11 @@ impl Inode {
         self.plain.store(true, Ordering::Relaxed);
     }
 
+    /// Marks the node as an encrypted entry again: `cloakfs encrypt` renamed its object.
+    pub(crate) fn mark_encrypted(&self) {
+        self.plain.store(false, Ordering::Relaxed);
+    }
+
     /// Whether the node is a plaintext entry of an adopted tree.
     pub(crate) fn is_plain(&self) -> bool {
         self.plain.load(Ordering::Relaxed)
@@ -551,6 +556,17 @@ impl InodeTable {
     /// The directory node and the name the kernel last looked node `nodeid` up by.
     pub(crate) fn seen_as(&self, nodeid: u64) -> Option<SeenAs> {
         self.read().nodes.get(&nodeid)?.seen_as.clone()
+    }
+
+    /// Records that backing object (`dev`, `ino`) is named `name` in directory node `parent`
+    /// now: renamed through the mount, which the kernel does not look up again.
+    pub(crate) fn renamed(&self, dev: u64, ino: u64, parent: u64, name: &[u8]) {
+        let mut t = self.write();
+        if let Some(&n) = t.keys.get(&(dev, ino)) {
+            if let Some(e) = t.nodes.get_mut(&n) {
+                e.seen_as = Some((parent, name.into()));
+            }
+        }
     }
 
     /// The node of backing object (`dev`, `ino`), if the kernel knows one.

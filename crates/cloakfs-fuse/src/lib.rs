@@ -59,8 +59,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// `cloakfs encrypt`'s request to a mount of an adopted tree: `_IOW('C', 1, [u8; 256])` on
-/// an open directory, whose argument is the name (NUL-padded) of a plaintext file in it to
-/// encrypt in place. Returns an [`Encrypted`] value.
+/// an open directory, whose argument is the name (NUL-padded) of a plaintext entry in it to
+/// encrypt in place; returns an [`Encrypted`] value. An empty name on the mount's root
+/// records that the tree has no plaintext entry left (see `plain::finish_conversion`):
+/// returns 0, or fails with ENOTEMPTY while one is left.
 pub const ENCRYPT_IOCTL: u32 = (1 << 30) | (256 << 16) | ((b'C' as u32) << 8) | 1;
 /// Length of [`ENCRYPT_IOCTL`]'s argument.
 pub const ENCRYPT_IOCTL_ARG: usize = 256;
@@ -108,6 +110,9 @@ pub struct MountOptions {
     pub busy_poll: bool,
     /// Whether other machines mount the cipher directory too (`--shared-storage`).
     pub sharing: Sharing,
+    /// Serve the plaintext entries of a converted adopted tree (`--accept-plaintext`), as
+    /// before its conversion finished.
+    pub accept_plaintext: bool,
 }
 
 impl MountOptions {
@@ -127,6 +132,7 @@ impl MountOptions {
             io_uring: true,
             busy_poll: true,
             sharing: Sharing::Alone,
+            accept_plaintext: false,
         }
     }
 
@@ -278,7 +284,8 @@ pub fn mount(
         opts.read_only,
         notifier.clone(),
     )?
-    .sharing(opts.sharing);
+    .sharing(opts.sharing)
+    .accept_plaintext(opts.accept_plaintext);
     fs.writeback_cache = opts.writeback_cache;
     fs.io_uring = opts.io_uring;
     let fs = binding::Bound::new(fs, opts.binding);

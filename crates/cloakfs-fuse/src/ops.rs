@@ -423,14 +423,9 @@ impl Filesystem for CloakFs {
             Ok(i) => i,
             Err(e) => return reply.error(e),
         };
-        if let Some(h) = self.plain.get(fh.0) {
-            let r = self.writable().and_then(|()| {
-                rustix::io::pwrite(&h.file, data, offset).map_err(crate::sys::errno)
-            });
-            return match r {
-                Ok(n) => reply.written(n as u32),
-                Err(e) => reply.error(e),
-            };
+        if self.plain.get(fh.0).is_some() {
+            // Plaintext files are only opened for reading (see `open_plain`).
+            return reply.error(Errno::EBADF);
         }
         let r = self.writable().and_then(|()| {
             self.check_size(offset, data.len() as u64)?;
@@ -657,10 +652,14 @@ impl Filesystem for CloakFs {
         }
         let name = in_data.split(|&b| b == 0).next().unwrap_or_default();
         let r = self.node(ino).and_then(|dir| {
+            if name.is_empty() {
+                return self.finish_conversion(&dir).map(|()| 0);
+            }
             self.encrypt_in_place(&dir, std::os::unix::ffi::OsStrExt::from_bytes(name))
+                .map(|done| done as i32)
         });
         match r {
-            Ok(done) => reply.ioctl(done as i32, &[]),
+            Ok(done) => reply.ioctl(done, &[]),
             Err(e) => reply.error(e),
         }
     }

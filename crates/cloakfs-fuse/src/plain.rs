@@ -9,15 +9,22 @@
 //! mount, or a crash inside `cloakfs encrypt`), lookups and listings show the encrypted one,
 //! and fsck reports the other.
 //!
-//! Plaintext files are opened with the kernel's FUSE passthrough (FOPEN_PASSTHROUGH) when the
-//! kernel offers it and the daemon may register backing files (CAP_SYS_ADMIN, i.e. a root
-//! mount); their reads and writes then never reach the daemon. Otherwise they are read and
-//! written here, with plain `pread`/`pwrite` on the backing file.
+//! Plaintext files are only opened for reading: an open that would write one encrypts it in
+//! place first (`open_plain`). They are opened with the kernel's FUSE passthrough
+//! (FOPEN_PASSTHROUGH) when the kernel offers it and the daemon may register backing files
+//! (CAP_SYS_ADMIN, i.e. a root mount); their reads then never reach the daemon. Otherwise
+//! they are read here, with plain `pread` on the backing file.
+//!
+//! Whether plaintext entries are served at all is [`PlainFiles::new`]'s: an adopted tree,
+//! or a converted one (`plaintext_entries = "converted"`, recorded by `finish_conversion`)
+//! that the user mounted with `--accept-plaintext`.
 
 use crate::fs::CloakFs;
 use crate::inode::{Inode, Kind};
 use crate::sys::{self, errno, Res};
+use cloakfs_core::format::config::{VolumeConfig, VolumeParams};
 use cloakfs_core::format::names::{self, Classified, DirId, StoredName, DIRID_FILE};
+use cloakfs_core::io::long_targets;
 use fuser::{BackingId, Errno, FileAttr};
 use rustix::fd::{AsFd, OwnedFd};
 use rustix::fs::{AtFlags, Mode, OFlags};
@@ -46,17 +53,38 @@ pub(crate) struct PlainHandle {
     _backing: Option<Arc<BackingId>>,
 }
 
-/// Plaintext-file state of a mount.
+/// Plaintext-entry state of a mount.
 #[derive(Default)]
 pub(crate) struct PlainFiles {
+    /// Whether backing entries that are not encrypted are served as plaintext entries: an
+    /// adopted tree, or a converted one mounted with `accept`.
+    serving: std::sync::atomic::AtomicBool,
+    /// Whether the config says (or this mount recorded) that the conversion finished.
+    converted: std::sync::atomic::AtomicBool,
+    /// Whether the user asked to serve plaintext entries of a converted tree.
+    accept: bool,
     handles: Mutex<HashMap<u64, Arc<PlainHandle>>>,
     /// Backing IDs by node: the kernel wants one per inode while any handle has it open.
     backing: Mutex<HashMap<u64, Weak<BackingId>>>,
     /// Whether the kernel agreed to passthrough at init (and no registration failed since).
     pub(crate) passthrough: std::sync::atomic::AtomicBool,
+    /// Held while a plaintext file is encrypted in place: two conversions of one file would
+    /// write the same temporary file.
+    converting: Mutex<()>,
 }
 
 impl PlainFiles {
+    /// The state for a volume with `params`, plaintext entries of a converted tree served
+    /// if `accept`.
+    pub(crate) fn new(params: &VolumeParams, accept: bool) -> Self {
+        Self {
+            serving: (params.adopted || params.converted && accept).into(),
+            converted: params.converted.into(),
+            accept,
+            ..Default::default()
+        }
+    }
+
     pub(crate) fn get(&self, fh: u64) -> Option<Arc<PlainHandle>> {
         self.handles
             .lock()
@@ -85,9 +113,11 @@ fn exists(dir: rustix::fd::BorrowedFd<'_>, name: &str) -> bool {
 }
 
 impl CloakFs {
-    /// Whether this volume is an adopted plaintext tree.
+    /// Whether this mount serves plaintext entries (see [`PlainFiles::serving`]).
     pub(crate) fn adopted(&self) -> bool {
-        self.volume.config().params.adopted
+        self.plain
+            .serving
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The ID of `dir`, or None for an adopted directory that has none yet.
@@ -157,7 +187,7 @@ impl CloakFs {
                 return Err(Errno::EEXIST);
             }
             if id.is_none() {
-                self.give_dir_id(dir)?;
+                self.give_dir_id(dir.fd())?;
             }
         }
         self.stored_name(dir, name)
@@ -165,9 +195,9 @@ impl CloakFs {
 
     /// Writes a fresh `cloakfs.dirid` into adopted directory `dir`, durable before any
     /// encrypted entry is named with it (or keeps the one a concurrent request wrote).
-    fn give_dir_id(&self, dir: &Inode) -> Res<()> {
+    fn give_dir_id(&self, dir: rustix::fd::BorrowedFd<'_>) -> Res<()> {
         let id = DirId::random();
-        let dfd = sys::open_dir(dir.fd()).map_err(errno)?;
+        let dfd = sys::open_dir(dir).map_err(errno)?;
         match sys::write_new_durable(dfd.as_fd(), DIRID_FILE, &id.0, DIRID_MODE) {
             Ok(()) => rustix::fs::fsync(&dfd).map_err(errno),
             Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(()),
@@ -195,26 +225,21 @@ impl CloakFs {
         Ok((inode, attr))
     }
 
-    /// Opens plaintext file `inode` for handle `fh` with open(2) `flags`.
-    pub(crate) fn open_plain(&self, inode: &Inode, fh: u64, flags: i32) -> Res<()> {
-        let mut oflags = OFlags::CLOEXEC;
-        oflags |= match flags & libc::O_ACCMODE {
-            libc::O_WRONLY | libc::O_RDWR => OFlags::RDWR,
-            _ => OFlags::RDONLY,
-        };
-        let file = rustix::fs::open(sys::proc_path(inode.fd()), oflags, Mode::empty())
-            .or_else(|e| {
-                if oflags.contains(OFlags::RDWR) && flags & libc::O_ACCMODE == libc::O_WRONLY {
-                    let wr = (oflags - OFlags::RDWR) | OFlags::WRONLY;
-                    rustix::fs::open(sys::proc_path(inode.fd()), wr, Mode::empty())
-                } else {
-                    Err(e)
-                }
-            })
-            .map_err(errno)?;
-        if flags & libc::O_TRUNC != 0 {
-            rustix::fs::ftruncate(&file, 0).map_err(errno)?;
+    /// Opens plaintext file `inode` for reading, for handle `fh`. An open that would write
+    /// (`writes`: write access or O_TRUNC) first encrypts the file in place and answers
+    /// ESTALE, so that the kernel looks its name up again and opens the encrypted file: no
+    /// byte written through the mount goes into a plaintext file, not even into one the
+    /// storage planted under a name the user writes.
+    pub(crate) fn open_plain(&self, inode: &Inode, fh: u64, writes: bool) -> Res<()> {
+        if writes {
+            return self.encrypt_before_write(inode);
         }
+        let file = rustix::fs::open(
+            sys::proc_path(inode.fd()),
+            OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(errno)?;
         self.plain.insert(
             fh,
             PlainHandle {
@@ -223,6 +248,37 @@ impl CloakFs {
             },
         );
         Ok(())
+    }
+
+    /// [`Self::encrypt_in_place`] for an open of plaintext file `inode` that would write it;
+    /// Err(ESTALE) once the file is encrypted. A file that cannot be encrypted now (other
+    /// hard links, or open elsewhere) is not opened for writing at all.
+    fn encrypt_before_write(&self, inode: &Inode) -> Res<()> {
+        let (parent, name) = self.inodes.seen_as(inode.nodeid).ok_or(Errno::ESTALE)?;
+        let dir = self.node(fuser::INodeNo(parent))?;
+        let name = OsStr::from_bytes(&name);
+        // Renamed or replaced outside the mount: the kernel is to look the name up again.
+        let now = rustix::fs::statat(dir.fd(), name, AtFlags::SYMLINK_NOFOLLOW);
+        let node = rustix::fs::fstat(inode.fd()).map_err(errno)?;
+        if !now.is_ok_and(|st| (st.st_dev, st.st_ino) == (node.st_dev, node.st_ino)) {
+            return Err(Errno::ESTALE);
+        }
+        match self.encrypt_in_place(&dir, name) {
+            Ok(Encrypted::Now | Encrypted::Already) => Err(Errno::ESTALE),
+            Err(e) => {
+                let why = match e {
+                    Errno::EMLINK => "it has other hard links, which would keep the plaintext",
+                    Errno::EBUSY => "it is open; close it and open it again",
+                    _ => "it cannot be encrypted",
+                };
+                tracing::warn!(
+                    "{:?}: plaintext file not opened for writing, since writing encrypts it \
+                     first and {why} ({e:?})",
+                    name
+                );
+                Err(e)
+            }
+        }
     }
 
     /// Registers the backing file of plaintext handle `fh` of `inode` with the kernel for
@@ -300,7 +356,7 @@ impl CloakFs {
             }
         }
         if self.dir_id_if_any(np)?.is_none() {
-            self.give_dir_id(np)?;
+            self.give_dir_id(np.fd())?;
         }
         let to = self.stored_name(np, newname)?;
         Ok((to, plain))
@@ -332,7 +388,19 @@ impl CloakFs {
         if flags.contains(fuser::RenameFlags::RENAME_NOREPLACE) {
             rflags |= rustix::fs::RenameFlags::NOREPLACE;
         }
-        rustix::fs::renameat_with(p.fd(), from, np.fd(), to, rflags).map_err(errno)
+        rustix::fs::renameat_with(p.fd(), from, np.fd(), to, rflags).map_err(errno)?;
+        // Its node's name, by which an open for writing finds it to encrypt it.
+        let mut now_named = vec![(np, to)];
+        if rflags.contains(rustix::fs::RenameFlags::EXCHANGE) {
+            now_named.push((p, from));
+        }
+        for (dir, name) in now_named {
+            if let Ok(st) = rustix::fs::statat(dir.fd(), name, AtFlags::SYMLINK_NOFOLLOW) {
+                self.inodes
+                    .renamed(st.st_dev, st.st_ino, dir.nodeid, name.as_bytes());
+            }
+        }
+        Ok(())
     }
 
     /// Truncates plaintext file `inode` to `size`.
@@ -379,27 +447,31 @@ impl CloakFs {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(i32)]
 pub enum Encrypted {
-    /// The plaintext file is now encrypted.
+    /// The plaintext entry is now encrypted.
     Now = 0,
     /// It already was (a leftover plaintext copy of an interrupted run was removed).
     Already = 1,
-    /// Not a regular file: stays as it is.
-    NotAFile = 2,
 }
 
 impl CloakFs {
-    /// Encrypts plaintext file `name` of directory `dir` in place (`cloakfs encrypt`), so
-    /// that a crash at any point leaves the plaintext or the encrypted file, never a mix:
-    /// the encrypted copy is written under a hidden temporary name derived from its stored
+    /// Encrypts plaintext entry `name` of directory `dir` in place (`cloakfs encrypt`), so
+    /// that a crash at any point leaves it plaintext or encrypted, never a mix. A file or a
+    /// symlink is written encrypted under a hidden temporary name derived from its stored
     /// name (a resumed run starts it again), synced, renamed to its stored name and the
     /// directory synced; only then is the plaintext unlinked and the directory synced again.
     /// Between the two, both exist with equal contents and the encrypted one is shown; a
-    /// resumed run removes the plaintext.
+    /// resumed run removes the plaintext. A directory (given its ID first) or a special file
+    /// keeps its object and is renamed to its stored name.
     pub(crate) fn encrypt_in_place(&self, dir: &Inode, name: &OsStr) -> Res<Encrypted> {
         self.writable()?;
         if !self.adopted() {
             return Err(Errno::EOPNOTSUPP);
         }
+        let _one_at_a_time = self
+            .plain
+            .converting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let dfd = dir.fd();
         let plain = match self.resolve(dir, name)? {
             Resolved::Encrypted(stored) if exists(dfd, stored.backing()) => {
@@ -417,99 +489,264 @@ impl CloakFs {
         };
         let st =
             rustix::fs::statat(dfd, plain.as_str(), AtFlags::SYMLINK_NOFOLLOW).map_err(errno)?;
-        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-            return Ok(Encrypted::NotAFile);
-        }
-        if st.st_nlink > 1 {
-            // Its other names would keep the plaintext.
-            return Err(Errno::EMLINK);
-        }
-        if self
-            .inodes
-            .by_key(st.st_dev, st.st_ino)
-            .is_some_and(|i| i.has_handles())
-        {
-            return Err(Errno::EBUSY);
+        let format = st.st_mode & libc::S_IFMT;
+        let subdir = if format == libc::S_IFDIR {
+            Some(self.dir_to_encrypt(dfd, &plain)?)
+        } else {
+            None
+        };
+        if format == libc::S_IFREG {
+            if st.st_nlink > 1 {
+                // Its other names would keep the plaintext.
+                return Err(Errno::EMLINK);
+            }
+            if self
+                .inodes
+                .by_key(st.st_dev, st.st_ino)
+                .is_some_and(|i| i.has_handles())
+            {
+                return Err(Errno::EBUSY);
+            }
         }
         if self.dir_id_if_any(dir)?.is_none() {
-            self.give_dir_id(dir)?;
+            self.give_dir_id(dfd)?;
         }
         let stored = self.stored_name(dir, name)?;
-        let tmp = format!(
-            "cloakfs.tmp.encrypt.{}",
-            &stored.backing()[stored.backing().len().saturating_sub(22)..]
-        );
+        if format == libc::S_IFREG || format == libc::S_IFLNK {
+            let tmp = format!(
+                "cloakfs.tmp.encrypt.{}",
+                &stored.backing()[stored.backing().len().saturating_sub(22)..]
+            );
+            let written = if format == libc::S_IFREG {
+                self.write_encrypted_copy(dfd, &plain, &tmp, &st)
+            } else {
+                self.write_encrypted_symlink(dfd, &plain, &tmp, &st)
+            }
+            .and_then(|()| self.write_sidecar(dfd, &stored))
+            .and_then(|_| {
+                rustix::fs::renameat_with(
+                    dfd,
+                    tmp.as_str(),
+                    dfd,
+                    stored.backing(),
+                    rustix::fs::RenameFlags::NOREPLACE,
+                )
+                .map_err(errno)?;
+                sys::sync_dir(dfd).map_err(errno)
+            });
+            if let Err(e) = written {
+                let _ = rustix::fs::unlinkat(dfd, tmp.as_str(), AtFlags::empty());
+                return Err(e);
+            }
+            rustix::fs::unlinkat(dfd, plain.as_str(), AtFlags::empty()).map_err(errno)?;
+        } else {
+            if let Some(sub) = &subdir {
+                // Its entries' names are bound to the ID, which is durable before they can be.
+                if matches!(
+                    rustix::fs::statat(sub, DIRID_FILE, AtFlags::SYMLINK_NOFOLLOW),
+                    Err(rustix::io::Errno::NOENT)
+                ) {
+                    self.give_dir_id(sub.as_fd())?;
+                }
+            }
+            self.write_sidecar(dfd, &stored)?;
+            rustix::fs::renameat_with(
+                dfd,
+                plain.as_str(),
+                dfd,
+                stored.backing(),
+                rustix::fs::RenameFlags::NOREPLACE,
+            )
+            .map_err(errno)?;
+            if let Some(node) = self.inodes.by_key(st.st_dev, st.st_ino) {
+                node.mark_encrypted();
+            }
+        }
+        sys::sync_dir(dfd).map_err(errno)?;
+        // The kernel's name now leads to the plaintext: it must look it up again.
+        if let Some(n) = self.pruner.notifier() {
+            let _ = n.inval_entry(fuser::INodeNo(dir.nodeid), name);
+        }
+        Ok(Encrypted::Now)
+    }
+
+    /// Plaintext directory `name` of `dfd`, opened, if it can be encrypted by a rename: its
+    /// extended attributes (security-module labels aside) would have to be re-encrypted in
+    /// place, which no crash may leave half done, so a directory with any is refused (EXDEV;
+    /// copied through the mount, it is encrypted).
+    fn dir_to_encrypt(&self, dfd: rustix::fd::BorrowedFd<'_>, name: &str) -> Res<OwnedFd> {
+        let sub = sys::open_subdir_readable(dfd, name).map_err(errno)?;
+        let mut names = vec![0u8; 64 * 1024];
+        let n = rustix::fs::flistxattr(&sub, &mut names).map_err(errno)?;
+        if names[..n]
+            .split(|&b| b == 0)
+            .any(|x| !x.is_empty() && !crate::xattr::is_lsm_label(x))
+        {
+            tracing::warn!(
+                "{}/{name}: a plaintext directory with extended attributes is not encrypted \
+                 in place; copy it through the mount",
+                sys::describe(dfd)
+            );
+            return Err(Errno::EXDEV);
+        }
+        Ok(sub)
+    }
+
+    /// Writes plaintext file `plain` of `dfd` encrypted to `tmp` (created or truncated),
+    /// with its mode, owner, times and xattrs, and syncs it.
+    fn write_encrypted_copy(
+        &self,
+        dfd: rustix::fd::BorrowedFd<'_>,
+        plain: &str,
+        tmp: &str,
+        st: &rustix::fs::Stat,
+    ) -> Res<()> {
         let src = rustix::fs::openat(
             dfd,
-            plain.as_str(),
+            plain,
             OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
         )
         .map_err(errno)?;
         let out = rustix::fs::openat(
             dfd,
-            tmp.as_str(),
+            tmp,
             OFlags::RDWR | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::from_raw_mode(0o600),
         )
         .map_err(errno)?;
-        let written = (|| -> Res<()> {
-            let cf = cloakfs_core::io::file::ContentFile::open(
-                self.codec.clone(),
-                std::fs::File::from(rustix::io::dup(&out).map_err(errno)?),
-            )
-            .map_err(|e| self.fail(&e, out.as_fd(), None))?;
-            let mut buf = vec![0u8; 1 << 20];
-            let mut off = 0u64;
-            loop {
-                let n = rustix::io::pread(&src, &mut buf, off).map_err(errno)?;
-                if n == 0 {
-                    break;
-                }
-                cf.write_at(off, &buf[..n])
-                    .map_err(|e| self.fail(&e, out.as_fd(), None))?;
-                off += n as u64;
+        let cf = cloakfs_core::io::file::ContentFile::open(
+            self.codec.clone(),
+            std::fs::File::from(rustix::io::dup(&out).map_err(errno)?),
+        )
+        .map_err(|e| self.fail(&e, out.as_fd(), None))?;
+        let mut buf = vec![0u8; 1 << 20];
+        let mut off = 0u64;
+        loop {
+            let n = rustix::io::pread(&src, &mut buf, off).map_err(errno)?;
+            if n == 0 {
+                break;
             }
-            let _ = rustix::fs::fchown(
-                &out,
-                Some(rustix::fs::Uid::from_raw(st.st_uid)),
-                Some(rustix::fs::Gid::from_raw(st.st_gid)),
-            );
-            rustix::fs::fchmod(&out, Mode::from_raw_mode(st.st_mode & 0o7777)).map_err(errno)?;
-            let times = rustix::fs::Timestamps {
-                last_access: rustix::fs::Timespec {
-                    tv_sec: st.st_atime,
-                    tv_nsec: st.st_atime_nsec as _,
-                },
-                last_modification: rustix::fs::Timespec {
-                    tv_sec: st.st_mtime,
-                    tv_nsec: st.st_mtime_nsec as _,
-                },
-            };
-            self.carry_xattrs(src.as_fd(), out.as_fd())?;
-            rustix::fs::futimens(&out, &times).map_err(errno)?;
-            rustix::fs::fsync(&out).map_err(errno)?;
-            self.write_sidecar(dfd, &stored)?;
-            rustix::fs::renameat_with(
-                dfd,
-                tmp.as_str(),
-                dfd,
-                stored.backing(),
-                rustix::fs::RenameFlags::NOREPLACE,
-            )
-            .map_err(errno)?;
-            sys::sync_dir(dfd).map_err(errno)
-        })();
-        if let Err(e) = written {
-            let _ = rustix::fs::unlinkat(dfd, tmp.as_str(), AtFlags::empty());
-            return Err(e);
+            cf.write_at(off, &buf[..n])
+                .map_err(|e| self.fail(&e, out.as_fd(), None))?;
+            off += n as u64;
         }
-        rustix::fs::unlinkat(dfd, plain.as_str(), AtFlags::empty()).map_err(errno)?;
-        sys::sync_dir(dfd).map_err(errno)?;
-        // The kernel's name now leads to the unlinked plaintext: it must look it up again.
-        if let Some(n) = self.pruner.notifier() {
-            let _ = n.inval_entry(fuser::INodeNo(dir.nodeid), name);
+        let _ = rustix::fs::fchown(
+            &out,
+            Some(rustix::fs::Uid::from_raw(st.st_uid)),
+            Some(rustix::fs::Gid::from_raw(st.st_gid)),
+        );
+        rustix::fs::fchmod(&out, Mode::from_raw_mode(st.st_mode & 0o7777)).map_err(errno)?;
+        self.carry_xattrs(src.as_fd(), out.as_fd())?;
+        rustix::fs::futimens(&out, &times_of(st)).map_err(errno)?;
+        rustix::fs::fsync(&out).map_err(errno)
+    }
+
+    /// Writes plaintext symlink `plain` of `dfd` encrypted to `tmp` (replacing one a crash
+    /// left), with its owner and times; a long target is stored first (section 10.1).
+    fn write_encrypted_symlink(
+        &self,
+        dfd: rustix::fd::BorrowedFd<'_>,
+        plain: &str,
+        tmp: &str,
+        st: &rustix::fs::Stat,
+    ) -> Res<()> {
+        let target = rustix::fs::readlinkat(dfd, plain, Vec::new()).map_err(errno)?;
+        let enc = self
+            .volume
+            .meta()
+            .encrypt_symlink(target.as_bytes())
+            .map_err(|e| Errno::from_i32(e.errno()))?;
+        let root = self.node(fuser::INodeNo(self.inodes.root()))?;
+        long_targets::store(root.fd(), &enc).map_err(|e| self.fail(&e, root.fd(), None))?;
+        match rustix::fs::unlinkat(dfd, tmp, AtFlags::empty()) {
+            Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+            Err(e) => return Err(errno(e)),
         }
-        Ok(Encrypted::Now)
+        rustix::fs::symlinkat(enc.backing_target().as_str(), dfd, tmp).map_err(errno)?;
+        let _ = rustix::fs::chownat(
+            dfd,
+            tmp,
+            Some(rustix::fs::Uid::from_raw(st.st_uid)),
+            Some(rustix::fs::Gid::from_raw(st.st_gid)),
+            AtFlags::SYMLINK_NOFOLLOW,
+        );
+        rustix::fs::utimensat(dfd, tmp, &times_of(st), AtFlags::SYMLINK_NOFOLLOW).map_err(errno)
+    }
+
+    /// Records that this adopted tree has no plaintext entry left (`cloakfs encrypt -r` of
+    /// the mount's root `dir`, once it encrypted every entry it saw): walks the whole cipher
+    /// directory and, only if it finds no plaintext entry, writes the config as it is on
+    /// disk now (its MAC checked) with `plaintext_entries = "converted"`. This mount then
+    /// serves plaintext entries no more, unless it was told to accept them. ENOTEMPTY, the
+    /// first entry left logged, while there is one.
+    pub(crate) fn finish_conversion(&self, dir: &Inode) -> Res<()> {
+        use cloakfs_core::tools::walk::{InternalKind, Item, Walker};
+        use std::sync::atomic::Ordering;
+        self.writable()?;
+        if dir.nodeid != self.inodes.root() {
+            return Err(Errno::EINVAL);
+        }
+        if self.plain.converted.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        if !self.volume.config().params.adopted {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let _one_at_a_time = self
+            .plain
+            .converting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let root = std::path::PathBuf::from(sys::proc_path(dir.fd()));
+        for item in Walker::new(&self.volume, &root) {
+            if let Item::Internal(i) = item {
+                if matches!(
+                    i.kind,
+                    InternalKind::Plaintext | InternalKind::PlaintextShadowed
+                ) {
+                    tracing::warn!(
+                        "{}: still plaintext, so the conversion is not recorded as finished",
+                        i.backing
+                            .strip_prefix(&root)
+                            .unwrap_or(&i.backing)
+                            .display()
+                    );
+                    return Err(Errno::ENOTEMPTY);
+                }
+            }
+        }
+        let mk = self.volume.master_key();
+        let mut config = VolumeConfig::load(&root)
+            .and_then(|c| c.verify(mk).map(|()| c))
+            .map_err(|e| self.fail(&e, dir.fd(), Some("config")))?;
+        if config.params.adopted {
+            config.params.adopted = false;
+            config.params.converted = true;
+            config.seal(mk);
+            config
+                .save(&root)
+                .map_err(|e| self.fail(&e, dir.fd(), Some("config")))?;
+        }
+        self.plain.converted.store(true, Ordering::Relaxed);
+        if !self.plain.accept {
+            self.plain.serving.store(false, Ordering::Relaxed);
+        }
+        tracing::info!("adopted tree converted: no plaintext entry is served from now on");
+        Ok(())
+    }
+}
+
+/// The access and modification times of `st`.
+fn times_of(st: &rustix::fs::Stat) -> rustix::fs::Timestamps {
+    rustix::fs::Timestamps {
+        last_access: rustix::fs::Timespec {
+            tv_sec: st.st_atime,
+            tv_nsec: st.st_atime_nsec as _,
+        },
+        last_modification: rustix::fs::Timespec {
+            tv_sec: st.st_mtime,
+            tv_nsec: st.st_mtime_nsec as _,
+        },
     }
 }

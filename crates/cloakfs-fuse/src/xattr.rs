@@ -128,7 +128,7 @@ fn sized(
 const CAPABILITY: &[u8] = b"security.capability";
 
 /// Whether `name` (plaintext or stored: both keep their namespace) is a security-module label.
-fn is_lsm_label(name: &[u8]) -> bool {
+pub(crate) fn is_lsm_label(name: &[u8]) -> bool {
     name.starts_with(b"security.") && name != CAPABILITY
 }
 

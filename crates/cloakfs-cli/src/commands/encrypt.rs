@@ -1,7 +1,8 @@
-//! `cloakfs encrypt PATH... [-r]`: encrypts plaintext files of an adopted tree in place,
-//! through its mount. Each file is converted atomically by the daemon (ENCRYPT_IOCTL): an
-//! interrupted run leaves every file either plaintext or encrypted, and running it again
-//! finishes the rest.
+//! `cloakfs encrypt PATH... [-r]`: encrypts plaintext entries of an adopted tree in place,
+//! through its mount. Each entry is converted atomically by the daemon (ENCRYPT_IOCTL): an
+//! interrupted run leaves every entry either plaintext or encrypted, and running it again
+//! finishes the rest. Once `-r` of the mount's root has converted everything, the mount is
+//! asked to record that the tree is converted (after which it serves no plaintext entry).
 
 use crate::commands::fsck::Bar;
 use crate::failure::{Failure, Result};
@@ -13,54 +14,79 @@ use std::path::{Path, PathBuf};
 
 #[derive(Debug, Args)]
 pub struct EncryptArgs {
-    /// Encrypt the files below directories too.
+    /// Encrypt the directories and everything below them too.
     #[arg(short = 'r', long)]
     pub recursive: bool,
-    /// Plaintext files (or with -r directories) on a mount of an adopted tree.
+    /// Plaintext files, symlinks (or with -r directories) on a mount of an adopted tree.
     #[arg(required = true)]
     pub paths: Vec<PathBuf>,
 }
 
-/// Asks the mount to encrypt `file` in place.
-fn encrypt_one(file: &Path) -> Result<Encrypted> {
-    let fail = |what: String| Failure::other(format!("{}: {what}", file.display()));
-    let name = file
-        .file_name()
-        .ok_or_else(|| fail("not a file name".into()))?;
+/// Sends ENCRYPT_IOCTL with `name` (empty: the conversion is finished) to directory `dir`;
+/// `what` names the request in errors.
+fn ask_mount(dir: &Path, name: &[u8], what: &Path) -> Result<i32> {
+    let fail = |why: String| Failure::other(format!("{}: {why}", what.display()));
     if name.len() >= ENCRYPT_IOCTL_ARG {
         return Err(fail("name too long".into()));
     }
-    let parent = match file.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let dir = std::fs::File::open(parent).map_err(|e| fail(e.to_string()))?;
+    let dir = std::fs::File::open(dir).map_err(|e| fail(e.to_string()))?;
     let mut arg = [0u8; ENCRYPT_IOCTL_ARG];
-    arg[..name.len()].copy_from_slice(name.as_bytes());
+    arg[..name.len()].copy_from_slice(name);
     // SAFETY: ENCRYPT_IOCTL is _IOW with a 256-byte argument, and `arg` is 256 bytes that
     // live across the call; the kernel only reads them.
     let r = unsafe { libc::ioctl(dir.as_raw_fd(), ENCRYPT_IOCTL as _, arg.as_ptr()) };
-    match r {
+    if r != -1 {
+        return Ok(r);
+    }
+    let e = std::io::Error::last_os_error();
+    Err(fail(match e.raw_os_error() {
+        Some(libc::ENOTTY) | Some(libc::EINVAL) => "not on a cloakfs mount".to_string(),
+        Some(libc::EOPNOTSUPP) => {
+            "not on a mount of an adopted tree (cloakfs init --adopt)".to_string()
+        }
+        Some(libc::EBUSY) => "open by a process; close it and run again".to_string(),
+        Some(libc::EMLINK) => "has other hard links; not encrypted".to_string(),
+        Some(libc::EXDEV) => "a directory with extended attributes is not encrypted in \
+                              place; copy it through the mount (cp -a) and remove it"
+            .to_string(),
+        Some(libc::ENOTEMPTY) => "plaintext entries are left that this run did not see (the \
+                                  mount's log names the first; cloakfs fsck lists them): \
+                                  the conversion is not recorded as finished"
+            .to_string(),
+        _ => e.to_string(),
+    }))
+}
+
+/// Asks the mount to encrypt `entry` in place.
+fn encrypt_one(entry: &Path) -> Result<Encrypted> {
+    let name = entry
+        .file_name()
+        .ok_or_else(|| Failure::other(format!("{}: not a file name", entry.display())))?;
+    let parent = match entry.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    match ask_mount(parent, name.as_bytes(), entry)? {
         0 => Ok(Encrypted::Now),
         1 => Ok(Encrypted::Already),
-        2 => Ok(Encrypted::NotAFile),
-        -1 => {
-            let e = std::io::Error::last_os_error();
-            Err(fail(match e.raw_os_error() {
-                Some(libc::ENOTTY) | Some(libc::EINVAL) => "not on a cloakfs mount".to_string(),
-                Some(libc::EOPNOTSUPP) => {
-                    "not on a mount of an adopted tree (cloakfs init --adopt)".to_string()
-                }
-                Some(libc::EBUSY) => "open by a process; close it and run again".to_string(),
-                Some(libc::EMLINK) => "has other hard links; not encrypted".to_string(),
-                _ => e.to_string(),
-            }))
-        }
-        other => Err(fail(format!("unexpected answer {other} from the mount"))),
+        other => Err(Failure::other(format!(
+            "{}: unexpected answer {other} from the mount",
+            entry.display()
+        ))),
     }
 }
 
-/// The regular files of `paths`, directories expanded with `recursive`, and their total size.
+/// Whether `dir` is the root of a mount (its parent lies on another file system).
+fn is_mount_root(dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(dir), std::fs::metadata(dir.join(".."))) {
+        (Ok(d), Ok(p)) => d.dev() != p.dev() || d.ino() == p.ino(),
+        _ => false,
+    }
+}
+
+/// The entries of `paths` (directories only with `recursive`, then with everything below
+/// them), and the total size of their files.
 fn collect(paths: &[PathBuf], recursive: bool) -> Result<(Vec<PathBuf>, u64)> {
     let mut files = Vec::new();
     let mut total = 0;
@@ -85,8 +111,13 @@ fn collect(paths: &[PathBuf], recursive: bool) -> Result<(Vec<PathBuf>, u64)> {
                 .map_err(|e| Failure::other(format!("{}: {e}", p.display())))?;
             entries.sort();
             pending.extend(entries.into_iter().rev());
-        } else if m.is_file() {
-            total += m.len();
+            if !is_mount_root(&p) {
+                files.push(p);
+            }
+        } else {
+            if m.is_file() {
+                total += m.len();
+            }
             files.push(p);
         }
     }
@@ -111,7 +142,6 @@ pub fn run(args: EncryptArgs) -> Result<()> {
         match encrypt_one(f) {
             Ok(Encrypted::Now) => now += 1,
             Ok(Encrypted::Already) => already += 1,
-            Ok(Encrypted::NotAFile) => {}
             Err(e) => {
                 bar.finish();
                 return Err(e);
@@ -120,6 +150,18 @@ pub fn run(args: EncryptArgs) -> Result<()> {
         bar.advance(size, 1);
     }
     bar.finish();
-    println!("Encrypted {now} files ({already} already encrypted).");
+    println!("Encrypted {now} entries ({already} already encrypted).");
+    for root in args
+        .paths
+        .iter()
+        .filter(|p| args.recursive && is_mount_root(p))
+    {
+        ask_mount(root, b"", root)?;
+        println!(
+            "{}: no plaintext entry is left; from now on the volume serves none (unless \
+             mounted with --accept-plaintext)",
+            root.display()
+        );
+    }
     Ok(())
 }

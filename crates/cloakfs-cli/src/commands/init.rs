@@ -42,7 +42,7 @@ pub struct InitArgs {
     pub sharing: bool,
     /// Adopt the existing plaintext tree in the directory: its files stay plaintext, served as
     /// they are (kernel FUSE passthrough where it can), everything created through the mount
-    /// is encrypted, and `cloakfs encrypt` converts files in place.
+    /// is encrypted, and `cloakfs encrypt` converts entries in place.
     #[arg(long, conflicts_with_all = ["reverse"])]
     pub adopt: bool,
     /// Treat all-zero blocks as tampering instead of holes (sparse files then take space).

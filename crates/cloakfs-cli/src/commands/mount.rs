@@ -68,6 +68,10 @@ pub struct MountArgs {
     /// directory lies on a network file system (docs/SHARED-STORAGE.md).
     #[arg(long)]
     pub shared_storage: bool,
+    /// Serve the plaintext entries of an adopted tree whose conversion finished, as before it
+    /// did (`cloakfs encrypt` then encrypts them); without it, such a tree serves none.
+    #[arg(long)]
+    pub accept_plaintext: bool,
     /// This mount is the only one of the cipher directory, even on a network file system:
     /// no shared-storage mode (also `-o no_shared_storage`).
     #[arg(long)]
@@ -117,6 +121,7 @@ pub fn run(args: MountArgs) -> Result<()> {
     if args.no_busy_poll {
         mo.busy_poll = false;
     }
+    mo.accept_plaintext = args.accept_plaintext;
     let detected = network_file_system(&cipherdir).filter(|_| !off);
     if on || detected.is_some() {
         mo.sharing = cloakfs_fuse::Sharing::Shared;

@@ -57,6 +57,11 @@ pub struct VolumeParams {
     /// are plaintext entries, served as they are. Stored as `plaintext_entries = "adopted"`,
     /// and only then, so a normal volume never treats a stray file as plaintext.
     pub adopted: bool,
+    /// An adopted tree whose conversion finished (`cloakfs encrypt -r` of the whole volume
+    /// left no plaintext entry; never with `adopted`): from then on no backing entry is
+    /// plaintext, as in a volume that never was adopted. Stored as
+    /// `plaintext_entries = "converted"`.
+    pub converted: bool,
     /// Where each file's content key comes from (volume field `file_keys`).
     pub file_keys: FileKeys,
     /// A sharing volume whose every file header carries a MAC under the volume's header key
@@ -89,6 +94,7 @@ impl VolumeParams {
             file_keys: FileKeys::Derived,
             shared_header_mac: false,
             adopted: false,
+            converted: false,
         }
     }
 
@@ -121,6 +127,8 @@ impl VolumeParams {
         }
         if self.adopted {
             f.insert("plaintext_entries".into(), "adopted".into());
+        } else if self.converted {
+            f.insert("plaintext_entries".into(), "converted".into());
         }
         f
     }
@@ -216,9 +224,10 @@ impl VolumeParams {
                 )))
             }
         };
-        let adopted = match f.get("plaintext_entries").map(String::as_str) {
-            None => false,
-            Some("adopted") => true,
+        let (adopted, converted) = match f.get("plaintext_entries").map(String::as_str) {
+            None => (false, false),
+            Some("adopted") => (true, false),
+            Some("converted") => (false, true),
             Some(other) => {
                 return Err(Error::ConfigDamaged(format!(
                     "unknown plaintext_entries mode {other:?}"
@@ -227,6 +236,7 @@ impl VolumeParams {
         };
         Ok(Self {
             adopted,
+            converted,
             volume_id: parse_b64(f, "volume_id")?,
             content,
             block_size,
@@ -631,6 +641,39 @@ mod tests {
         assert!(matches!(
             parsed.unlock_passphrase(&Passphrase::new(b"correct horse".to_vec())),
             Err(Error::ConfigTampered)
+        ));
+    }
+
+    #[test]
+    fn a_converted_tree_round_trips_and_cannot_be_switched_back_to_adopted() {
+        let mk = MasterKey::generate();
+        let mut p = VolumeParams::new();
+        p.converted = true;
+        let mut c = VolumeConfig::new(p);
+        let pass = Passphrase::new(b"correct horse".to_vec());
+        c.add_passphrase_slot(&mk, &pass, cheap(), "main", SlotRandomness::fresh())
+            .unwrap();
+        c.seal(&mk);
+        let json = c.to_json();
+        assert!(
+            json.contains("\"plaintext_entries\": \"converted\""),
+            "{json}"
+        );
+        let parsed = VolumeConfig::parse(&json).unwrap();
+        assert_eq!(parsed, c);
+        assert!(parsed.params.converted && !parsed.params.adopted);
+        // Back to "adopted" without the key: the MAC refuses it.
+        let back = VolumeConfig::parse(&json.replace("\"converted\"", "\"adopted\"")).unwrap();
+        assert!(back.params.adopted);
+        assert!(matches!(
+            back.unlock_passphrase(&pass),
+            Err(Error::ConfigTampered)
+        ));
+        // A mode this version does not know is refused.
+        let other = json.replace("\"converted\"", "\"partly\"");
+        assert!(matches!(
+            VolumeConfig::parse(&other),
+            Err(Error::ConfigDamaged(m)) if m.contains("plaintext_entries")
         ));
     }
 
