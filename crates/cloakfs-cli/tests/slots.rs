@@ -1782,6 +1782,26 @@ fn entries_renamed_aside_under_a_replaced_config_are_refused_at_first_use() {
 }
 
 #[test]
+fn a_new_volume_in_a_sync_folder_opens_on_a_second_machine() {
+    // What Syncthing keeps in the folder it syncs is no sign of a replaced config: an empty
+    // volume whose root holds only that opens on another machine without being accepted.
+    let f = on_a_machine_of_its_own();
+    ok(&f.init(&[]));
+    std::fs::create_dir(f.cipher.join(".stfolder")).unwrap();
+    std::fs::write(f.cipher.join(".stignore"), "").unwrap();
+    let mut second = on_another_machine(&f);
+    second.state = second.tmp.path().join("second-machine");
+    let out = second.mount(&[]);
+    drop(MountGuard(second.mnt.clone()));
+    ok(&out);
+    assert!(
+        !stderr(&out).contains("not this volume's"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
 fn another_known_volumes_config_copied_over_a_private_one_is_refused() {
     // Issue 44: the user opened a team volume on this machine too; a member copies its
     // config over the user's private volume, so new files would be under a key they know.

@@ -583,6 +583,7 @@ pub fn root_census(volume: &Volume, cipherdir: &Path) -> Result<RootCensus> {
             Classified::Internal => {
                 !raw.starts_with(RESERVED_PREFIX.as_bytes())
                     && !raw.starts_with(crate::io::header::SCRATCH_PREFIX.as_bytes())
+                    && !crate::sync_folder::is_client_metadata(raw)
             }
         };
         if foreign {

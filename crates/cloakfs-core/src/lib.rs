@@ -19,6 +19,7 @@ pub mod format;
 pub mod io;
 pub mod known_volumes;
 pub mod slots;
+pub mod sync_folder;
 pub mod tools;
 pub mod volume;
 
