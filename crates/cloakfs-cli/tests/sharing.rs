@@ -1357,3 +1357,99 @@ fn a_withdrawal_rolled_back_by_the_storage_is_refused() {
     let third = t.f.tmp.path().join("third-machine");
     assert_eq!(ok(&cat_on(&t, &third, &t.alice, "plan.txt")), "plan\n");
 }
+
+/// Issue 40, attack 3: a member sets the root's default recipients to themself. The owner's new
+/// files are not granted to that key until the owner sets it as a default too; the setting is
+/// shown at mount, by `share default` and by `fsck`.
+#[test]
+fn a_default_recipient_set_by_another_member_is_shown_not_applied() {
+    let t = team();
+    // Bob is another person: his own machine's records.
+    let bob_state = t.f.tmp.path().join("bob-machine");
+    let mnt_b = t.f.tmp.path().join("bob");
+    std::fs::create_dir_all(&mnt_b).unwrap();
+    let out =
+        t.f.bin()
+            .env("CLOAKFS_STATE_DIR", &bob_state)
+            .args([
+                "mount",
+                "--identity",
+                s(&t.bob.0),
+                s(&t.f.cipher),
+                s(&mnt_b),
+            ])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mb = MountGuard(mnt_b);
+    ok(&cloakfs(&[
+        "share",
+        "default",
+        s(&mb.0),
+        "--recipient",
+        &t.bob.1,
+    ]));
+    std::fs::write(mb.0.join("bobs.txt"), "bob's\n").unwrap();
+    let listed = ok(&cloakfs(&["share", "list", s(&mb.0.join("bobs.txt"))]));
+    assert_eq!(
+        listed.trim(),
+        t.bob.1,
+        "bob's own default applies to his files"
+    );
+
+    let mnt_a = t.f.tmp.path().join("alice");
+    std::fs::create_dir_all(&mnt_a).unwrap();
+    let out = t.f.run(&[
+        "mount",
+        "--identity",
+        s(&t.alice.0),
+        s(&t.f.cipher),
+        s(&mnt_a),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let ma = MountGuard(mnt_a);
+    assert!(
+        stderr(&out).contains("default recipients") && stderr(&out).contains(&t.bob.1),
+        "{}",
+        stderr(&out)
+    );
+    std::fs::write(ma.0.join("mine.txt"), "mine\n").unwrap();
+    let listed = ok(&cloakfs(&["share", "list", s(&ma.0.join("mine.txt"))]));
+    assert_eq!(
+        listed.trim(),
+        t.alice.1,
+        "granted to a key alice never chose"
+    );
+    assert!(denied(&mb.0.join("mine.txt")));
+    let shown = ok(&cloakfs(&["share", "default", s(&ma.0)]));
+    assert!(
+        shown.contains(&t.bob.1) && shown.contains("not applied"),
+        "{shown}"
+    );
+    let out =
+        t.f.run(&["fsck", s(&t.f.cipher), "--identity", s(&t.alice.0)]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&format!(
+            "/: new files made in it are granted by default to {}",
+            t.bob.1
+        )),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // Alice agrees by setting it herself: her next files are granted to bob too.
+    ok(&cloakfs(&[
+        "share",
+        "default",
+        s(&ma.0),
+        "--recipient",
+        &t.bob.1,
+    ]));
+    std::fs::write(ma.0.join("ours.txt"), "ours\n").unwrap();
+    assert_eq!(
+        std::fs::read_to_string(mb.0.join("ours.txt")).unwrap(),
+        "ours\n"
+    );
+    ma.unmount();
+    mb.unmount();
+}

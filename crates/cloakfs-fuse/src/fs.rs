@@ -64,6 +64,10 @@ pub(crate) struct CloakFs {
     pub(crate) coherence: Coherence,
     /// Open plaintext files of an adopted tree.
     pub(crate) plain: crate::plain::PlainFiles,
+    /// Which directories' default recipients a sharing volume's new files get.
+    pub(crate) defaults: cloakfs_core::tools::share::AllowedDefaults,
+    /// Directories whose default recipients were reported as not applied (by node).
+    pub(crate) defaults_noted: Mutex<HashSet<u64>>,
 }
 
 impl CloakFs {
@@ -128,6 +132,7 @@ impl CloakFs {
         let max_size = (i64::MAX as u64 - cloakfs_core::format::layout::HEADER_LEN)
             / layout.cipher_block_size()
             * layout.block_size();
+        let defaults = cloakfs_core::tools::share::AllowedDefaults::for_volume(&volume);
         Ok(Self {
             max_size,
             codec: volume.content().clone(),
@@ -149,6 +154,8 @@ impl CloakFs {
             io_uring: false,
             uncached_writers: false,
             plain: crate::plain::PlainFiles::new(&params, false),
+            defaults,
+            defaults_noted: Mutex::new(HashSet::new()),
         })
     }
 

@@ -261,17 +261,23 @@ impl CloakFs {
                     cloakfs_core::format::filekey::recipient_lines(text).map_err(fail)?
                 };
                 share::write_default(&self.volume, &dir, &lines).map_err(fail)?;
+                // Set by this member: applied by their mounts on this machine.
+                self.defaults.allow(&lines).map_err(fail)?;
                 Ok(Vec::new())
             }
-            None => share::read_default(&self.volume, &dir)
-                .map(|r| {
-                    r.iter()
-                        .flat_map(|l| [l.as_bytes(), b"\n"])
-                        .flatten()
-                        .copied()
-                        .collect()
-                })
-                .map_err(fail),
+            None => {
+                let (applied, shown) = self
+                    .defaults
+                    .split(share::read_default(&self.volume, &dir).map_err(fail)?);
+                let lines = applied.into_iter().chain(
+                    shown
+                        .into_iter()
+                        .map(|r| format!("{r}\t{}", share::NOT_APPLIED)),
+                );
+                Ok(lines
+                    .flat_map(|l| l.into_bytes().into_iter().chain([b'\n']))
+                    .collect())
+            }
         }
     }
 
@@ -281,10 +287,26 @@ impl CloakFs {
             return Vec::new();
         }
         let dir = std::path::PathBuf::from(sys::proc_path(parent.fd()));
-        cloakfs_core::tools::share::read_default(&self.volume, &dir).unwrap_or_else(|e| {
-            tracing::warn!("{}: default recipients: {e}", sys::describe(parent.fd()));
-            Vec::new()
-        })
+        let all =
+            cloakfs_core::tools::share::read_default(&self.volume, &dir).unwrap_or_else(|e| {
+                tracing::warn!("{}: default recipients: {e}", sys::describe(parent.fd()));
+                Vec::new()
+            });
+        let (applied, shown) = self.defaults.split(all);
+        let first = || {
+            (self.defaults_noted.lock())
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(parent.nodeid)
+        };
+        if !shown.is_empty() && first() {
+            tracing::warn!(
+                "{}: new files are not granted to its default recipients {}: {}",
+                sys::describe(parent.fd()),
+                shown.join(", "),
+                cloakfs_core::tools::share::NOT_APPLIED
+            );
+        }
+        applied
     }
 
     pub(crate) fn get_xattr(&self, ino: INodeNo, name: &OsStr) -> Res<Vec<u8>> {

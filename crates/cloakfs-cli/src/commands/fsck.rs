@@ -147,6 +147,12 @@ fn print_text(report: &Report, repair: bool) {
         for (p, key) in &sh.unknown_keys {
             println!("{p}: shared with {key}, a key no slot holds");
         }
+        for (dir, keys) in &sh.defaults {
+            println!(
+                "{dir}: new files made in it are granted by default to {}",
+                keys.join(", ")
+            );
+        }
         if !sh.slots_without_keys.is_empty() {
             let ids: Vec<String> = sh.slots_without_keys.iter().map(u32::to_string).collect();
             println!(

@@ -111,6 +111,7 @@ pub fn run(args: MountArgs) -> Result<()> {
         &unlock,
         &Place::resolved(&args.cipherdir, cipherdir.clone()),
     )?;
+    crate::commands::share::note_root_defaults(&volume, &cipherdir);
 
     let mut mo = fuse_options(&cipherdir, &o, args.threads, args.cache_timeout);
     // Before daemonizing: the daemon leads a session of its own.

@@ -126,7 +126,7 @@ fn default(a: DefaultArgs) -> Result<()> {
     } else {
         recipients(&a.recipient, &a.gpg_recipient)?
     };
-    let shown = match &t.volume {
+    let shown: Vec<String> = match &t.volume {
         Some(c) => {
             rekey::check_not_rekeying(c)?;
             let volume = crate::unlock::unlock(&t.unlock, c)?;
@@ -148,9 +148,19 @@ fn default(a: DefaultArgs) -> Result<()> {
                     cloakfs_core::format::filekey::recipient_lines(&text)?
                 };
                 share::write_default(&volume, &dir, &lines).map_err(|e| located(&t.path, e))?;
+                share::AllowedDefaults::for_volume(&volume).allow(&lines)?;
                 return Ok(());
             }
-            share::read_default(&volume, &dir).map_err(|e| located(&t.path, e))?
+            let all = share::read_default(&volume, &dir).map_err(|e| located(&t.path, e))?;
+            let (applied, shown) = share::AllowedDefaults::for_volume(&volume).split(all);
+            applied
+                .into_iter()
+                .chain(
+                    shown
+                        .into_iter()
+                        .map(|r| format!("{r}\t{}", share::NOT_APPLIED)),
+                )
+                .collect()
         }
         None => {
             let path = mounted(&t.path)?;
@@ -183,6 +193,33 @@ fn default(a: DefaultArgs) -> Result<()> {
         println!("{r}");
     }
     Ok(())
+}
+
+/// Says at mount which keys the root directory of a sharing volume grants new files to by
+/// default, and which of them this mount does not apply (set by someone else): a default
+/// recipient never goes unnoticed.
+pub fn note_root_defaults(volume: &Volume, cipherdir: &Path) {
+    if !volume.is_sharing() {
+        return;
+    }
+    let Ok(all) = share::read_default(volume, cipherdir) else {
+        return;
+    };
+    let (applied, shown) = share::AllowedDefaults::for_volume(volume).split(all);
+    if !applied.is_empty() {
+        eprintln!(
+            "cloakfs: new files in the volume's root are also granted to {}",
+            applied.join(", ")
+        );
+    }
+    if !shown.is_empty() {
+        eprintln!(
+            "cloakfs: warning: the volume's root names {} as default recipients; new files \
+             are not granted to them {}",
+            shown.join(", "),
+            share::NOT_APPLIED
+        );
+    }
 }
 
 /// The recipients given, checked (one clear line for a bad one) before anything happens:

@@ -184,6 +184,9 @@ pub struct SharingReport {
     pub no_member_can_open: Vec<String>,
     /// Entries for keys no slot keeps, as (file, key).
     pub unknown_keys: Vec<(String, String)>,
+    /// Directories with default recipients (FORMAT.md 18.5), as (directory, keys): any member
+    /// may set them, so each is shown.
+    pub defaults: Vec<(String, Vec<String>)>,
 }
 
 impl Report {
@@ -267,7 +270,10 @@ pub fn check(
             Item::Entry(e) => {
                 c.progress.advance(0, u64::from(!e.is_root()));
                 match e.kind {
-                    EntryType::Dir => c.report.counts.directories += 1,
+                    EntryType::Dir => {
+                        c.report.counts.directories += 1;
+                        c.defaults(&e.backing, &e.plain);
+                    }
                     EntryType::File => {
                         c.report.counts.files += 1;
                         if e.meta.nlink() > 1 && !c.seen_inodes.insert((e.meta.dev(), e.meta.ino()))
@@ -356,6 +362,21 @@ impl Checker<'_> {
         }
         if !opens {
             sh.no_member_can_open.push(display_plain(plain));
+        }
+    }
+
+    /// Notes the default recipients of directory `backing`, if any.
+    fn defaults(&mut self, backing: &Path, plain: &Path) {
+        let Some(sh) = self.report.sharing.as_mut() else {
+            return;
+        };
+        match crate::tools::share::read_default(self.volume, backing) {
+            Ok(keys) if keys.is_empty() => {}
+            Ok(keys) => sh.defaults.push((display_plain(plain), keys)),
+            Err(e) => {
+                let e = format!("default recipients: {e}");
+                self.push(ProblemKind::Xattr, backing, Some(plain), None, e, false);
+            }
         }
     }
 

@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::format::filekey::{recipient_lines, same_key, FileKeySource, SharedHeader, WrappedKeys};
 use crate::io::file::ContentFile;
 use crate::io::xattrs;
-use crate::slots::recipient::Recipients;
+use crate::slots::recipient::{short_key, Recipients};
 use crate::volume::Volume;
 use std::fs::File;
 use std::io::Write;
@@ -282,6 +282,89 @@ pub fn write_default(volume: &Volume, dir: &Path, recipients: &[String]) -> Resu
         rustix::fs::XattrFlags::empty(),
     )
     .map_err(|e| std::io::Error::from(e).into())
+}
+
+/// What a default recipient that [`AllowedDefaults`] does not apply is shown with.
+pub const NOT_APPLIED: &str = "(not applied: not set as a default by you on this machine; \
+     `cloakfs share default DIR --recipient KEY` applies it)";
+
+/// The default recipients (FORMAT.md section 18.5) that this user's mounts on this machine
+/// apply: the keys the user set as defaults of the volume here (`share default`), and the
+/// member's own. A directory's defaults are policy any member can write, so a key that another
+/// member (or this user on another machine) put there is shown and reported, not applied,
+/// until the user sets it here too: nobody makes the user's new files readable by a key
+/// without the user's say.
+///
+/// Kept in `<state dir>/share-defaults/<b64 volume ID>`, one short key a line; read again at
+/// each check, so what `cloakfs share default --volume` adds reaches running mounts.
+pub struct AllowedDefaults {
+    path: Option<PathBuf>,
+    own: Option<String>,
+}
+
+impl AllowedDefaults {
+    /// The allowed defaults of `volume` for this user (its member's own key always).
+    pub fn for_volume(volume: &Volume) -> Self {
+        let own = match volume.content().key_source() {
+            FileKeySource::Wrapped(w) => w.member().map(|m| m.recipient().to_string()),
+            FileKeySource::Derived(_) => None,
+        };
+        let id = crate::format::encoding::b64(&volume.config().params.volume_id);
+        Self {
+            path: crate::known_volumes::state_dir()
+                .ok()
+                .map(|d| d.join("share-defaults").join(id)),
+            own,
+        }
+    }
+
+    fn allowed(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self
+            .path
+            .as_ref()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .map(|t| t.lines().map(String::from).collect())
+            .unwrap_or_default();
+        keys.extend(self.own.as_deref().map(short_key));
+        keys
+    }
+
+    /// Records `recipients` as defaults this user set here.
+    pub fn allow(&self, recipients: &[String]) -> Result<()> {
+        let Some(path) = &self.path else {
+            return Err(Error::Refused(
+                "no state directory to record the default recipients in".into(),
+            ));
+        };
+        let known = self.allowed();
+        let new: String = recipients
+            .iter()
+            .map(|r| short_key(r))
+            .filter(|k| !known.contains(k))
+            .map(|k| format!("{k}\n"))
+            .collect();
+        if new.is_empty() {
+            return Ok(());
+        }
+        if let Some(d) = path.parent() {
+            std::fs::create_dir_all(d)?;
+        }
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .open(path)?;
+        f.write_all(new.as_bytes())?;
+        Ok(())
+    }
+
+    /// `recipients` split into those applied here and those only shown.
+    pub fn split(&self, recipients: Vec<String>) -> (Vec<String>, Vec<String>) {
+        let allowed = self.allowed();
+        recipients
+            .into_iter()
+            .partition(|r| allowed.contains(&short_key(r)))
+    }
 }
 
 /// Copies the default recipients of directory `from` to the new directory `to` (a directory
