@@ -129,6 +129,23 @@ impl Team {
         MountGuard(mnt)
     }
 
+    /// `who`'s mount at `name`, on the machine whose record of known volumes is `state`, and
+    /// what it printed.
+    fn mount_on(&self, state: &Path, who: &(PathBuf, String), name: &str) -> (MountGuard, String) {
+        let mnt = self.f.tmp.path().join(name);
+        std::fs::create_dir_all(&mnt).unwrap();
+        let out = self
+            .f
+            .bin()
+            .env("CLOAKFS_STATE_DIR", state)
+            .args(["mount", "--identity", s(&who.0), s(&self.f.cipher), s(&mnt)])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        (MountGuard(mnt), stderr(&out))
+    }
+
     fn cat(&self, who: &(PathBuf, String), path: &str) -> Output {
         self.f
             .run(&["cat", s(&self.f.cipher), path, "--identity", s(&who.0)])
@@ -1230,18 +1247,8 @@ fn upgrade_closes_an_older_volume_to_planted_files() {
         &[t.alice.1.clone(), attacker.clone()],
         b"planted\n",
     );
-    let mnt = t.f.tmp.path().join("old");
-    std::fs::create_dir_all(&mnt).unwrap();
-    let out = t.f.run(&[
-        "mount",
-        "--identity",
-        s(&t.alice.0),
-        s(&t.f.cipher),
-        s(&mnt),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let old = MountGuard(mnt);
-    assert!(stderr(&out).contains("cloakfs upgrade"), "{}", stderr(&out));
+    let (old, said) = t.mount_on(&t.f.state, &t.alice, "old");
+    assert!(said.contains("cloakfs upgrade"), "{said}");
     assert_eq!(
         std::fs::read_to_string(old.0.join("notes.txt")).unwrap(),
         "mine\n"
@@ -1365,24 +1372,7 @@ fn a_withdrawal_rolled_back_by_the_storage_is_refused() {
 fn a_default_recipient_set_by_another_member_is_shown_not_applied() {
     let t = team();
     // Bob is another person: his own machine's records.
-    let bob_state = t.f.tmp.path().join("bob-machine");
-    let mnt_b = t.f.tmp.path().join("bob");
-    std::fs::create_dir_all(&mnt_b).unwrap();
-    let out =
-        t.f.bin()
-            .env("CLOAKFS_STATE_DIR", &bob_state)
-            .args([
-                "mount",
-                "--identity",
-                s(&t.bob.0),
-                s(&t.f.cipher),
-                s(&mnt_b),
-            ])
-            .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let mb = MountGuard(mnt_b);
+    let (mb, _) = t.mount_on(&t.f.tmp.path().join("bob-machine"), &t.bob, "bob");
     ok(&cloakfs(&[
         "share",
         "default",
@@ -1398,21 +1388,10 @@ fn a_default_recipient_set_by_another_member_is_shown_not_applied() {
         "bob's own default applies to his files"
     );
 
-    let mnt_a = t.f.tmp.path().join("alice");
-    std::fs::create_dir_all(&mnt_a).unwrap();
-    let out = t.f.run(&[
-        "mount",
-        "--identity",
-        s(&t.alice.0),
-        s(&t.f.cipher),
-        s(&mnt_a),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let ma = MountGuard(mnt_a);
+    let (ma, said) = t.mount_on(&t.f.state, &t.alice, "alice");
     assert!(
-        stderr(&out).contains("default recipients") && stderr(&out).contains(&t.bob.1),
-        "{}",
-        stderr(&out)
+        said.contains("default recipients") && said.contains(&t.bob.1),
+        "{said}"
     );
     std::fs::write(ma.0.join("mine.txt"), "mine\n").unwrap();
     let listed = ok(&cloakfs(&["share", "list", s(&ma.0.join("mine.txt"))]));

@@ -1330,16 +1330,7 @@ pub(crate) mod tests {
             return;
         };
         let path = disk.0.path().join("f");
-        let open = || {
-            let f = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&path)
-                .unwrap();
-            ContentFile::open(codec(false), f).unwrap()
-        };
+        let open = || open_on(&path, codec(false));
         let f = open();
         // 50 blocks and a partial one, then a hole of 40 blocks and a partial last block.
         let mut want: Vec<u8> = (0..205_000u32).map(|i| (i % 251) as u8).collect();
@@ -1375,16 +1366,7 @@ pub(crate) mod tests {
             return;
         };
         let path = disk.0.path().join("f");
-        let open = || {
-            let f = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&path)
-                .unwrap();
-            ContentFile::open(suite_codec(ContentSuite::Aes256Xts, false), f).unwrap()
-        };
+        let open = || open_on(&path, suite_codec(ContentSuite::Aes256Xts, false));
         let f = open();
         let bs = f.layout().block_size();
         let want: Vec<u8> = (0..50 * bs + 5).map(|i| (i % 251) as u8 + 1).collect();
@@ -1401,6 +1383,18 @@ pub(crate) mod tests {
             assert_eq!(g.size(), want.len() as u64);
             assert_eq!(read_all(g), want);
         }
+    }
+
+    /// The file at `path` (created if missing) opened for reading and writing under `codec`.
+    fn open_on(path: &std::path::Path, codec: Arc<ContentCodec>) -> ContentFile {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .unwrap();
+        ContentFile::open(codec, f).unwrap()
     }
 
     /// The value of an XTS backing file's header xattr.
@@ -1456,16 +1450,7 @@ pub(crate) mod tests {
             return;
         };
         let path = disk.0.path().join("f");
-        let open = |strict| {
-            let f = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&path)
-                .unwrap();
-            ContentFile::open(codec(strict), f).unwrap()
-        };
+        let open = |strict| open_on(&path, codec(strict));
         // A strict volume writes sealed zeros: the partial last block is completed first,
         // then the disk fills up somewhere in the zeros.
         let f = open(true);
@@ -1570,6 +1555,25 @@ pub(crate) mod tests {
         Read(u64, usize),
     }
 
+    /// Makes the write or truncate `change` to both `f` and its `reference` contents.
+    fn apply(f: &ContentFile, reference: &mut Vec<u8>, change: Op) {
+        match change {
+            Op::Write(o, d) => {
+                f.write_at(o, &d).unwrap();
+                let end = o as usize + d.len();
+                if reference.len() < end {
+                    reference.resize(end, 0);
+                }
+                reference[o as usize..end].copy_from_slice(&d);
+            }
+            Op::Truncate(n) => {
+                f.truncate(n).unwrap();
+                reference.resize(n as usize, 0);
+            }
+            Op::Read(..) => unreachable!("a read changes nothing"),
+        }
+    }
+
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
             (
@@ -1607,17 +1611,8 @@ pub(crate) mod tests {
             let mut reference: Vec<u8> = Vec::new();
             for op in ops {
                 match op {
-                    Op::Write(o, d) => {
-                        f.write_at(o, &d).unwrap();
-                        let end = o as usize + d.len();
-                        if reference.len() < end { reference.resize(end, 0); }
-                        reference[o as usize..end].copy_from_slice(&d);
-                    }
-                    Op::Truncate(n) => {
-                        f.truncate(n).unwrap();
-                        reference.resize(n as usize, 0);
-                    }
                     Op::Read(..) => unreachable!("not generated"),
+                    change => apply(&f, &mut reference, change),
                 }
                 let size = reference.len() as u64;
                 if (1..16).contains(&(size % bs)) {
@@ -1646,16 +1641,7 @@ pub(crate) mod tests {
             let mut reference: Vec<u8> = Vec::new();
             for op in ops {
                 match op {
-                    Op::Write(o, d) => {
-                        f.write_at(o, &d).unwrap();
-                        let end = o as usize + d.len();
-                        if reference.len() < end { reference.resize(end, 0); }
-                        reference[o as usize..end].copy_from_slice(&d);
-                    }
-                    Op::Truncate(n) => {
-                        f.truncate(n).unwrap();
-                        reference.resize(n as usize, 0);
-                    }
+                    change @ (Op::Write(..) | Op::Truncate(_)) => apply(&f, &mut reference, change),
                     Op::Read(o, l) => {
                         let mut buf = vec![0u8; l];
                         let n = f.read_at(o, &mut buf).unwrap();
