@@ -404,6 +404,12 @@ impl<T: Tree> Daemon<T> {
             volume = volume
                 .join_as(m)
                 .map_err(|e| format!("{}: {e}", r.cipherdir))?;
+            // Through the descriptor the attach keeps for its life, never the path again.
+            let at = PathBuf::from(format!(
+                "/proc/self/fd/{}",
+                std::os::fd::AsRawFd::as_raw_fd(&fd)
+            ));
+            volume.keep_retired_ids(&at);
         }
         // Reserve the name, then ask the tree without holding the registry.
         let mut ids = peer.clone();
