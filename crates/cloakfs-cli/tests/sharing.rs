@@ -1265,6 +1265,17 @@ fn upgrade_closes_an_older_volume_to_planted_files() {
     );
     old.unmount();
     std::fs::write(&backing, &genuine).unwrap();
+    // A name that does not decrypt would be left unreadable: refused, nothing changed.
+    let junk = t.f.cipher.join("AAAAAAAAAAAAAAAAAAAAAAAAAA");
+    std::fs::write(&junk, "").unwrap();
+    assert_fails(
+        &t.f.run(&["upgrade", "--passfile", s(&t.f.pass), s(&t.f.cipher)]),
+        2,
+        "run `cloakfs fsck` first",
+    );
+    let info = ok(&t.f.run(&["info", s(&t.f.cipher)]));
+    assert!(info.contains("NOT authenticated"), "{info}");
+    std::fs::remove_file(&junk).unwrap();
 
     let up = ok(&t
         .f
@@ -1431,4 +1442,27 @@ fn a_default_recipient_set_by_another_member_is_shown_not_applied() {
     );
     ma.unmount();
     mb.unmount();
+}
+
+/// `cloakfs upgrade` of a volume that is not a sharing one has nothing to do.
+#[test]
+fn upgrade_of_a_current_volume_changes_nothing() {
+    let f = Fixture::new();
+    let before = std::fs::read(f.cipher.join("cloakfs.conf")).unwrap();
+    let out = ok(&f.run(&["upgrade", "--passfile", s(&f.pass), s(&f.cipher)]));
+    assert!(out.contains("current format already"), "{out}");
+    assert_eq!(
+        std::fs::read(f.cipher.join("cloakfs.conf")).unwrap(),
+        before
+    );
+    assert_fails(
+        &f.run(&[
+            "upgrade",
+            "--passfile",
+            s(&f.pass),
+            s(&f.tmp.path().join("nowhere")),
+        ]),
+        3,
+        "nowhere",
+    );
 }
