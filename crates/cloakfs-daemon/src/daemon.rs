@@ -404,7 +404,7 @@ impl<T: Tree> Daemon<T> {
             volume = volume
                 .join_as(m)
                 .map_err(|e| format!("{}: {e}", r.cipherdir))?;
-            // Through the descriptor the attach keeps for its life, never the path again.
+            // Through the attach's descriptor, not the path (which may have changed since).
             let at = PathBuf::from(format!(
                 "/proc/self/fd/{}",
                 std::os::fd::AsRawFd::as_raw_fd(&fd)

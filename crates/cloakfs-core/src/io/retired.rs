@@ -36,6 +36,9 @@ const DOMAIN: &[u8] = b"cloakfs retired file id\n";
 /// documentation).
 pub struct RetiredIds {
     dir: PathBuf,
+    /// The cipher directory (`O_PATH`): the records' directory is looked at through it, one
+    /// path component per open rather than the whole path.
+    root: Option<std::os::fd::OwnedFd>,
     local: Option<PathBuf>,
     key: SecretBytes<32>,
     state: Mutex<State>,
@@ -75,7 +78,14 @@ impl RetiredIds {
                 }
             }
         }
+        let root = rustix::fs::open(
+            cipherdir,
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .ok();
         Self {
+            root,
             dir: cipherdir.join(RETIRED_DIR),
             local,
             key,
@@ -94,7 +104,11 @@ impl RetiredIds {
     /// Lists the volume's records again if they changed since the last listing; IDs new to
     /// this machine go into its record too.
     fn refresh(&self, st: &mut State) {
-        let Ok(meta) = rustix::fs::stat(&self.dir) else {
+        let meta = match &self.root {
+            Some(root) => rustix::fs::statat(root, RETIRED_DIR, rustix::fs::AtFlags::empty()),
+            None => rustix::fs::stat(&self.dir),
+        };
+        let Ok(meta) = meta else {
             return;
         };
         let stamp = (meta.st_ino, meta.st_mtime, meta.st_mtime_nsec as i64);
