@@ -23,6 +23,11 @@ pkgs+=(g++)
 pkgs+=(stress-ng dbench fio e2fsprogs mount python3-fusepy)
 # The reverse view's tests back it up with rsync and check that only changed files move.
 pkgs+=(rsync)
+# The shared-storage tests drive SQLite with its command-line shell.
+pkgs+=(sqlite3)
+# The independent decryptor's Python packages go into a virtual environment of the project's
+# (.venv), not the system's Python.
+pkgs+=(python3-venv)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -33,10 +38,18 @@ if [ ${#missing[@]} -gt 0 ]; then
     apt-get install -y -q "${missing[@]}"
 fi
 # The independent decryptor (tests/independent) is written in Python from docs/FORMAT.md; it
-# reads age files (recipient slots, sealed Shamir shares) with pyrage.
-if ! python3 -c 'import cryptography, argon2, pyrage' 2>/dev/null; then
-    python3 -m pip install -q cryptography argon2-cffi pyrage 2>/dev/null \
-        || python3 -m pip install -q --break-system-packages cryptography argon2-cffi pyrage
+# needs AES-GCM-SIV (cryptography 42 or newer: Debian 12's python3-cryptography, which
+# GlusterFS pulls in, is 38) and reads age files with pyrage. They go into .venv, made from
+# Debian's Python with its packages visible (python3-fusepy for the crash tests); the check is
+# the decryptor's own import.
+venv="$(cd "$(dirname "$0")/.." && pwd)/.venv"
+probe='from cryptography.hazmat.primitives.ciphers.aead import AESGCM, AESGCMSIV, AESSIV, ChaCha20Poly1305
+from argon2.low_level import hash_secret_raw
+import pyrage'
+if ! "$venv/bin/python3" -c "$probe" 2>/dev/null; then
+    /usr/bin/python3 -m venv --system-site-packages "$venv"
+    "$venv/bin/python3" -m pip install -q 'cryptography>=42' argon2-cffi pyrage
+    "$venv/bin/python3" -c "$probe"
 fi
 if ! command -v cargo >/dev/null; then
     echo "cargo not found: install Rust (https://rustup.rs) first" >&2

@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
+# The Python that has the independent decryptor's packages (install-deps.sh made it).
+export PATH="$PWD/.venv/bin:$PATH"
 # The accounts the tests make (useradd, on first use) go again when the run ends, however it
 # ends; a later run makes them afresh.
 remove_test_users() {

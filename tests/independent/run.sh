@@ -16,12 +16,14 @@ pass="$here/passphrase.txt"
 probe='from cryptography.hazmat.primitives.ciphers.aead import AESGCM, AESGCMSIV, AESSIV, ChaCha20Poly1305
 from argon2.low_level import hash_secret_raw
 import pyrage'
+# The project's virtual environment (scripts/install-deps.sh makes it) comes first.
+if [ -x "$root/.venv/bin/python3" ]; then
+    PATH="$root/.venv/bin:$PATH"
+    export PATH
+fi
 if ! python3 -c "$probe" 2>/dev/null; then
-    echo "run.sh: installing cryptography, argon2-cffi and pyrage with pip"
-    python3 -m pip install --quiet cryptography argon2-cffi pyrage ||
-        python3 -m pip install --quiet --user cryptography argon2-cffi pyrage ||
-        python3 -m pip install --quiet --break-system-packages cryptography argon2-cffi pyrage
-    python3 -c "$probe"
+    echo "run.sh: $(command -v python3) lacks cryptography >= 42, argon2-cffi or pyrage: run scripts/install-deps.sh" >&2
+    exit 1
 fi
 
 tmp=$(mktemp -d)
