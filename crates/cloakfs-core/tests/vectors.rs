@@ -1671,21 +1671,7 @@ fn shared_header_vector(v3: bool) {
     } else {
         "shared-file-v2.bin"
     };
-    let committed = fs::read(vectors_dir().join(name));
-    let whole = [header.clone(), block.clone()].concat();
-    if std::env::var_os("GENERATE_SHARED_VECTOR").is_some() {
-        fs::write(vectors_dir().join(name), &whole).unwrap();
-    } else {
-        assert_eq!(committed.unwrap(), whole, "tests/vectors/{name}");
-    }
-    let cf = ContentFile::open(
-        codec.clone(),
-        fs::File::open(vectors_dir().join(name)).unwrap(),
-    )
-    .unwrap();
-    let mut out = vec![0u8; PARTIAL_PLAIN.len()];
-    assert_eq!(cf.read_at(0, &mut out).unwrap(), PARTIAL_PLAIN.len());
-    assert_eq!(out, PARTIAL_PLAIN);
+    committed_shared_file_opens(name, &[header.clone(), block.clone()].concat(), &codec);
     let FileKeySource::Wrapped(keys) = codec.key_source() else {
         panic!("wrapped")
     };
@@ -1730,17 +1716,6 @@ fn shared_volume_mac_vector(header: &[u8], block: &[u8], body: &[u8], mac: &[u8]
     let mut with_mac = header.to_vec();
     let at = body.len() + 32;
     with_mac[at..at + 32].copy_from_slice(&volume_mac);
-    let name = "shared-file-mac.bin";
-    let whole = [with_mac.clone(), block.to_vec()].concat();
-    if std::env::var_os("GENERATE_SHARED_VECTOR").is_some() {
-        fs::write(vectors_dir().join(name), &whole).unwrap();
-    } else {
-        assert_eq!(
-            fs::read(vectors_dir().join(name)).unwrap(),
-            whole,
-            "tests/vectors/{name}"
-        );
-    }
     let codec = Arc::new(ContentCodec::new_wrapped(
         ContentSuite::Aes256Gcm,
         4096,
@@ -1748,14 +1723,8 @@ fn shared_volume_mac_vector(header: &[u8], block: &[u8], body: &[u8], mac: &[u8]
         Some(vector_member()),
         header_key(true),
     ));
-    let cf = ContentFile::open(
-        codec.clone(),
-        fs::File::open(vectors_dir().join(name)).unwrap(),
-    )
-    .unwrap();
-    let mut out = vec![0u8; PARTIAL_PLAIN.len()];
-    assert_eq!(cf.read_at(0, &mut out).unwrap(), PARTIAL_PLAIN.len());
-    assert_eq!(out, PARTIAL_PLAIN);
+    let whole = [with_mac.clone(), block.to_vec()].concat();
+    committed_shared_file_opens("shared-file-mac.bin", &whole, &codec);
     // The same header without the volume MAC, and with a flipped one: tampering.
     for bad in [header.to_vec(), {
         let mut b = with_mac.clone();
@@ -1772,6 +1741,22 @@ fn shared_volume_mac_vector(header: &[u8], block: &[u8], body: &[u8], mac: &[u8]
         ("shared.header.volume_mac", hex(&volume_mac)),
         ("shared.header-mac.sha256", hex(&Sha256::digest(&with_mac))),
     ]);
+}
+
+/// Checks the committed `tests/vectors/NAME` against `whole` (or writes it, with
+/// `GENERATE_SHARED_VECTOR`), and that `codec` opens it to the partial plaintext of 15.1.
+fn committed_shared_file_opens(name: &str, whole: &[u8], codec: &Arc<ContentCodec>) {
+    if std::env::var_os("GENERATE_SHARED_VECTOR").is_some() {
+        fs::write(vectors_dir().join(name), whole).unwrap();
+    } else {
+        let committed = fs::read(vectors_dir().join(name)).unwrap();
+        assert_eq!(committed, whole, "tests/vectors/{name}");
+    }
+    let file = fs::File::open(vectors_dir().join(name)).unwrap();
+    let cf = ContentFile::open(codec.clone(), file).unwrap();
+    let mut out = vec![0u8; PARTIAL_PLAIN.len()];
+    assert_eq!(cf.read_at(0, &mut out).unwrap(), PARTIAL_PLAIN.len());
+    assert_eq!(out, PARTIAL_PLAIN);
 }
 
 /// The member of the shared-file vectors: the age identity of 15.1.
