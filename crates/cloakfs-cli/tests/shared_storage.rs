@@ -80,6 +80,12 @@ impl Store {
                 .output()
                 .unwrap();
             assert!(out.status.success(), "{}", stderr(&out));
+            // The mount says which mode it runs in, and why.
+            let said = stderr(&out);
+            assert!(
+                said.contains("shared-storage mode: the cipher directory is on fuse."),
+                "{said}"
+            );
         }
         store
     }

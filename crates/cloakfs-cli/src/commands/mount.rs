@@ -125,6 +125,14 @@ pub fn run(args: MountArgs) -> Result<()> {
     mo.accept_plaintext = args.accept_plaintext;
     let detected = network_file_system(&cipherdir).filter(|_| !off);
     if on || detected.is_some() {
+        // On standard error before the mount backgrounds: the log shows warnings only.
+        match &detected {
+            Some(fstype) => eprintln!(
+                "cloakfs: shared-storage mode: the cipher directory is on {fstype} \
+                 (--no-shared-storage turns it off)"
+            ),
+            None => eprintln!("cloakfs: shared-storage mode (--shared-storage)"),
+        }
         mo.sharing = cloakfs_fuse::Sharing::Shared;
         if args.cache_timeout.or(o.cache_timeout).is_none() {
             mo.cache_timeout = SHARED_CACHE_TIMEOUT;
@@ -140,9 +148,6 @@ pub fn run(args: MountArgs) -> Result<()> {
         "Filesystem mounted and ready.",
     )?;
     crate::signals::unmount_on_signal(mountpoint.clone());
-    if let Some(fstype) = detected {
-        tracing::info!("cipher directory on {fstype}: shared-storage mode");
-    }
     tracing::info!(
         "serving {} on {}",
         cipherdir.display(),
