@@ -3,7 +3,17 @@
 #   scripts/demo.sh [CIPHERDIR] [MOUNTPOINT]   (default /tmp/cloakfs-demo/{cipher,plain})
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
+# Only what building and mounting need (scripts/install-deps.sh adds the test toolchain):
+# gcc links, libpam0g-dev is pam_cloakfs.so's libpam, fuse3 brings fusermount3.
+need=()
+for p in gcc libpam0g-dev fuse3; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get update -q
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}"
+fi
+command -v cargo >/dev/null || { echo "cargo not found: install Rust (https://rustup.rs) first" >&2; exit 1; }
 cargo build --release
 bin=$PWD/target/release/cloakfs
 base=/tmp/cloakfs-demo

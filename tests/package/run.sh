@@ -2,7 +2,8 @@
 # The Debian package, installed for real: scripts/package.sh builds it, then, in a private
 # view of this machine (a mount namespace whose /usr, /etc and /var are overlays on a
 # tmpfs, with /home and /run its own), `apt-get install ./target/debian/cloakfs_*.deb`
-# installs it, each of its parts is checked in use, and `apt-get remove` takes it all away.
+# installs it, each of its parts is checked in use, `apt-get remove` takes it all away but
+# root's record of known volumes, and `apt-get purge` that too.
 # Nothing of it shows outside the namespace. Run as root; about 30 s after a release build.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -155,4 +156,12 @@ done
 ! grep -rq pam_cloakfs /etc/pam.d/common-* || fail "pam_cloakfs left in /etc/pam.d/common-*"
 [ -z "$(dpkg-query -W -f='${Status}' cloakfs 2>/dev/null | grep ' installed')" ] \
     || fail "dpkg still lists cloakfs as installed"
+# remove keeps root's record of known volumes (its key pins), written by the mounts above;
+# purge takes it, and says so.
+[ -s /var/lib/cloakfs/known_volumes.json ] || fail "remove took root's known volumes"
+step "apt-get purge cloakfs"
+DEBIAN_FRONTEND=noninteractive apt-get purge -y -q cloakfs >"$scratch/apt.log" 2>&1 \
+    || { cat "$scratch/apt.log" >&2; fail "apt-get purge"; }
+[ ! -e /var/lib/cloakfs ] || fail "/var/lib/cloakfs left after purge"
+grep -q "removed /var/lib/cloakfs" "$scratch/apt.log" || fail "purge did not say what it removed"
 step "ok"

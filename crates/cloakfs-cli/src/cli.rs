@@ -107,6 +107,5 @@ pub enum Command {
     /// Print the completion script for SHELL (bash, zsh, fish, elvish, powershell).
     Completions(crate::commands::docs::CompletionsArgs),
     /// Write the man pages (cloakfs.1, cloakfs-mount.1, ...) into a directory.
-    #[command(hide = true)]
     ManPages(crate::commands::docs::ManPagesArgs),
 }

@@ -46,15 +46,22 @@ pub fn read_passphrase_from(
     prompt: &str,
     confirm: Confirm,
 ) -> Result<Passphrase> {
-    let raw = if let Some(path) = passfile {
-        from_file(path)?
+    let (raw, source) = if let Some(path) = passfile {
+        (from_file(path)?, "a passfile")
     } else if let Some(cmd) = extpass {
-        from_program(cmd)?
+        (from_program(cmd)?, "an extpass program")
     } else {
-        from_terminal(prompt, confirm)?
+        (from_terminal(prompt, confirm)?, "")
     };
     if raw.is_empty() {
         return Err(Failure::usage("the passphrase is empty"));
+    }
+    // A new passphrase typed at the terminal was judged there, before it was confirmed; one
+    // from a file or program is judged here, once. A warning only: the owner decides.
+    if confirm == Confirm::Twice && !source.is_empty() {
+        if let Some(w) = std::str::from_utf8(&raw).ok().and_then(weakness) {
+            eprintln!("cloakfs: warning: the new passphrase from {source}: {w}");
+        }
     }
     Ok(Passphrase::new(raw.to_vec()))
 }

@@ -33,6 +33,24 @@ fn info_shows_parameters_without_secret() {
     assert!(text.contains("xchacha20-poly1305"), "{text}");
     assert!(text.contains("strict"), "{text}");
     assert!(text.contains("slot 1: passphrase"), "{text}");
+
+    let out = cloakfs(&["info", "--json", s(&f.cipher)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["content_cipher"], "xchacha20-poly1305");
+    assert_eq!(v["holes"], "strict");
+    assert_eq!(v["format_version"], 1);
+    assert_eq!(v["sharing"], false);
+    assert_eq!(v["slots"][0]["kind"], "passphrase");
+    assert_eq!(v["slots"][0]["id"], 1);
+    assert_eq!(v["volume_id"].as_str().unwrap().len(), 22, "{v}");
+
+    // Bad input: one line, non-zero.
+    assert_fails(
+        &cloakfs(&["info", "--json", "/no/such/dir"]),
+        3,
+        "/no/such/dir",
+    );
 }
 
 #[test]
@@ -163,6 +181,75 @@ fn nonempty_mountpoint_is_refused() {
     assert_fails(&f.mount(&[]), 4, "not empty");
     let m = f.mounted(&["-o", "nonempty"]);
     m.unmount();
+}
+
+#[test]
+fn mounting_onto_a_mounted_volume_says_it_is_already_mounted() {
+    let f = Fixture::new();
+    let m = f.mounted(&[]);
+    std::fs::write(f.mnt.join("kept"), b"data").unwrap();
+    let out = f.mount(&[]);
+    assert_fails(&out, 4, "is already mounted: the cloakfs volume");
+    assert!(!stderr(&out).contains("not empty"), "{}", stderr(&out));
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    // The mount there is untouched.
+    assert_eq!(std::fs::read(f.mnt.join("kept")).unwrap(), b"data");
+    m.unmount();
+}
+
+/// Mount options of the mount at `p`, per /proc/self/mountinfo.
+fn mount_options_of(p: &std::path::Path) -> String {
+    let p = std::fs::canonicalize(p).unwrap();
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let line = info
+        .lines()
+        .rfind(|l| l.split(' ').nth(4) == Some(p.to_str().unwrap()))
+        .unwrap()
+        .to_string();
+    line.split(' ').nth(5).unwrap().to_string()
+}
+
+#[test]
+fn a_read_only_cipher_directory_is_mounted_read_only_with_a_notice() {
+    let f = Fixture::new();
+    let m = f.mounted(&[]);
+    std::fs::write(f.mnt.join("kept"), b"data").unwrap();
+    m.unmount();
+    // The store goes read-only (a read-only bind mount: as root, a mode without w would not
+    // stop anything).
+    let ro = f.tmp.path().join("ro-store");
+    std::fs::create_dir(&ro).unwrap();
+    let bind = |args: &[&str]| {
+        let st = Command::new("mount").args(args).status().unwrap();
+        assert!(st.success());
+    };
+    bind(&["--bind", s(&f.cipher), s(&ro)]);
+    bind(&["-o", "remount,bind,ro", s(&ro)]);
+    struct Unbind(std::path::PathBuf);
+    impl Drop for Unbind {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unbind = Unbind(ro.clone());
+
+    let out = f.run(&["mount", "--passfile", s(&f.pass), s(&ro), s(&f.mnt)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("is read-only (on a read-only file system): mounting read-only"),
+        "{}",
+        stderr(&out)
+    );
+    let guard = MountGuard(f.mnt.clone());
+    assert!(
+        mount_options_of(&f.mnt).split(',').any(|o| o == "ro"),
+        "{}",
+        mount_options_of(&f.mnt)
+    );
+    assert_eq!(std::fs::read(f.mnt.join("kept")).unwrap(), b"data");
+    let err = std::fs::write(f.mnt.join("new"), b"x").unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS));
+    guard.unmount();
 }
 
 #[test]

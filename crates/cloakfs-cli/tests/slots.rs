@@ -938,6 +938,26 @@ fn shamir_any_two_of_three() {
         );
     }
     assert!(list(&f).contains("slot 2: shamir (any 2 of 3 shares) label \"board\""));
+    // The same as JSON, for scripts: parameters, never key material.
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&cloakfs(&["slots", "list", "--json", s(&f.cipher)]))).unwrap();
+    let slots = json.as_array().unwrap();
+    assert_eq!(slots.len(), 2, "{json}");
+    assert_eq!(slots[0]["kind"], "passphrase");
+    assert!(
+        slots[0]["argon2id"]["memory_kib"].as_u64().unwrap() > 0,
+        "{json}"
+    );
+    assert_eq!(slots[1]["id"], 2);
+    assert_eq!(slots[1]["label"], "board");
+    assert_eq!(
+        (slots[1]["threshold"].clone(), slots[1]["shares"].clone()),
+        (2.into(), 3.into())
+    );
+    let text = json.to_string();
+    for secret in ["wrapped", "salt", "nonce", "mac"] {
+        assert!(!text.contains(secret), "{secret} in {text}");
+    }
     for pair in [[0, 1], [0, 2], [1, 2], [2, 0]] {
         let out = test_shares(&f, &[&sh[pair[0]], &sh[pair[1]]]);
         assert!(ok(&out).contains("slot 2: shamir"));

@@ -67,8 +67,12 @@ pub fn run(args: FsckArgs) -> Result<()> {
         Err(Failure::new(
             code::REPAIRED,
             format!(
-                "repaired all {} problems; the volume is clean now",
-                c.problems
+                "repaired {}; the volume is clean now",
+                if c.problems == 1 {
+                    "the problem".to_string()
+                } else {
+                    format!("all {} problems", c.problems)
+                }
             ),
         ))
     } else {
@@ -84,8 +88,17 @@ pub fn run(args: FsckArgs) -> Result<()> {
         };
         Err(Failure::new(
             code::PROBLEMS,
-            format!("{left} problems found{hint}"),
+            format!("{} found{hint}", counted(left as u64, "problem")),
         ))
+    }
+}
+
+/// `n` things, in the singular when `n` is 1 ("1 problem", "3 problems").
+fn counted(n: u64, thing: &str) -> String {
+    match (n, thing) {
+        (1, _) => format!("1 {thing}"),
+        (_, "directory") => format!("{n} directories"),
+        _ => format!("{n} {thing}s"),
     }
 }
 
@@ -115,8 +128,8 @@ fn print_text(report: &Report, repair: bool) {
     }
     if !report.plaintext.is_empty() {
         println!(
-            "{} plaintext files of the adopted tree not yet encrypted",
-            report.plaintext.len()
+            "{} of the adopted tree not yet encrypted",
+            counted(report.plaintext.len() as u64, "plaintext file")
         );
     }
     let c = &report.counts;
@@ -124,20 +137,23 @@ fn print_text(report: &Report, repair: bool) {
         println!("file contents cannot be checked: {why}");
     }
     println!(
-        "checked {} directories, {} files ({} bytes in {} blocks), {} symlinks, {} other, \
-         {} xattrs, config with {} key slots: {}",
-        c.directories,
-        c.files,
+        "checked {}, {} ({} bytes in {}), {}, {} other, {}, config with {}: {}",
+        counted(c.directories, "directory"),
+        counted(c.files, "file"),
         c.plain_bytes,
-        c.blocks,
-        c.symlinks,
+        counted(c.blocks, "block"),
+        counted(c.symlinks, "symlink"),
         c.other,
-        c.xattrs,
-        c.slots,
+        counted(c.xattrs, "xattr"),
+        counted(c.slots, "key slot"),
         if report.clean {
             "no problems".to_string()
         } else {
-            format!("{} problems, {} repaired", c.problems, c.repaired)
+            format!(
+                "{}, {} repaired",
+                counted(c.problems, "problem"),
+                c.repaired
+            )
         }
     );
     if let Some(sh) = &report.sharing {
@@ -164,9 +180,13 @@ fn print_text(report: &Report, repair: bool) {
     }
     if c.not_shared > 0 {
         println!(
-            "{} files are not shared with the identity given (their contents were not checked: \
+            "{} not shared with the identity given (their contents were not checked: \
              run fsck with --identity of a member they are shared with)",
-            c.not_shared
+            if c.not_shared == 1 {
+                "1 file is".to_string()
+            } else {
+                format!("{} files are", c.not_shared)
+            }
         );
     }
 }
@@ -191,7 +211,11 @@ impl Bar {
         if !std::io::stderr().is_terminal() {
             return Self(None);
         }
-        let pb = indicatif::ProgressBar::new(0);
+        // Hidden until `start` knows the total: a first frame of "0 B/0 B" says nothing.
+        let pb = indicatif::ProgressBar::with_draw_target(
+            Some(0),
+            indicatif::ProgressDrawTarget::hidden(),
+        );
         pb.set_style(
             indicatif::ProgressStyle::with_template(
                 "{msg} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
@@ -230,6 +254,7 @@ impl Progress for Bar {
         if let Some(pb) = &self.0 {
             pb.set_length(bytes.max(1));
             pb.set_position(0);
+            pb.set_draw_target(indicatif::ProgressDrawTarget::stderr());
         }
     }
 

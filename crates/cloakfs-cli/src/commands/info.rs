@@ -9,12 +9,19 @@ use std::path::PathBuf;
 
 #[derive(Debug, Args)]
 pub struct InfoArgs {
+    /// Print one JSON object instead of lines.
+    #[arg(long)]
+    pub json: bool,
     /// The volume's cipher directory (or its config file).
     pub cipherdir: PathBuf,
 }
 
 pub fn run(args: InfoArgs) -> Result<()> {
     let c = VolumeConfig::load(&args.cipherdir)?;
+    if args.json {
+        println!("{}", as_json(&args.cipherdir, &c));
+        return Ok(());
+    }
     let p = &c.params;
     println!(
         "config:          {}",
@@ -67,4 +74,37 @@ pub fn run(args: InfoArgs) -> Result<()> {
         println!("  {}", crate::commands::slots::describe(s));
     }
     Ok(())
+}
+
+/// What `info` shows, as one JSON object.
+fn as_json(cipherdir: &std::path::Path, c: &VolumeConfig) -> serde_json::Value {
+    let p = &c.params;
+    let remembered = KnownVolumes::for_this_user()
+        .and_then(|k| k.get(&p.volume_id))
+        .ok()
+        .flatten()
+        .map(|v| {
+            serde_json::json!({
+                "fingerprint": v.fingerprint.to_string(),
+                "first_seen": humantime::format_rfc3339_seconds(
+                    std::time::UNIX_EPOCH + std::time::Duration::from_secs(v.first_seen)
+                ).to_string(),
+            })
+        });
+    serde_json::json!({
+        "config": config_path(cipherdir),
+        "volume_id": b64(&p.volume_id),
+        "format_version": FORMAT_VERSION,
+        "content_cipher": p.content.name(),
+        "integrity_warning": p.content.integrity_warning(),
+        "name_cipher": "aes-256-siv",
+        "block_size": p.block_size,
+        "holes": if p.strict_holes { "strict" } else { "sparse" },
+        "long_name_max": p.long_name_max,
+        "sharing": p.file_keys == FileKeys::Wrapped,
+        "shared_header_mac": p.file_keys == FileKeys::Wrapped && p.shared_header_mac,
+        "key_source": crate::commands::slots::describe_key_source(c),
+        "remembered": remembered,
+        "slots": c.slots().iter().map(crate::commands::slots::describe_json).collect::<Vec<_>>(),
+    })
 }

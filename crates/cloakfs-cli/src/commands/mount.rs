@@ -8,6 +8,7 @@ use clap::Args;
 use cloakfs_core::format::config::FileKeys;
 use cloakfs_core::format::config::VolumeConfig;
 use cloakfs_core::known_volumes::Place;
+use cloakfs_core::tools::mounts;
 use cloakfs_fuse::MountOptions;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -86,7 +87,7 @@ pub struct MountArgs {
 }
 
 pub fn run(args: MountArgs) -> Result<()> {
-    let o = mount_options::parse(&args.options)?;
+    let mut o = mount_options::parse(&args.options)?;
     let (on, off) = (
         args.shared_storage || o.shared_storage,
         args.no_shared_storage || o.no_shared_storage,
@@ -96,7 +97,7 @@ pub fn run(args: MountArgs) -> Result<()> {
             "--shared-storage and --no-shared-storage contradict each other",
         ));
     }
-    let (cipherdir, mountpoint) = check_before_unlock(&args.cipherdir, &args.mountpoint, &o)?;
+    let (cipherdir, mountpoint) = check_before_unlock(&args.cipherdir, &args.mountpoint, &mut o)?;
     let unlock = with_option_secrets(&args.unlock, &o);
     if unlock.identity.is_empty()
         && !unlock.gpg
@@ -166,11 +167,20 @@ pub fn run(args: MountArgs) -> Result<()> {
 pub(crate) fn check_before_unlock(
     cipherdir: &Path,
     mountpoint: &Path,
-    o: &ParsedOptions,
+    o: &mut ParsedOptions,
 ) -> Result<(PathBuf, PathBuf)> {
     let cipherdir = absolute_dir(cipherdir, "cipher directory")?;
     let mountpoint = absolute_dir(mountpoint, "mount point")?;
     let config = VolumeConfig::load(&cipherdir)?;
+    if !o.read_only {
+        if let Some(why) = not_writable(&cipherdir) {
+            eprintln!(
+                "cloakfs: the cipher directory {} is read-only ({why}): mounting read-only",
+                cipherdir.display()
+            );
+            o.read_only = true;
+        }
+    }
     cloakfs_core::tools::rekey::check_not_rekeying(&cipherdir)?;
     if !o.read_only {
         cloakfs_core::io::header::check_dir(config.params.content, &cipherdir)?;
@@ -179,6 +189,23 @@ pub(crate) fn check_before_unlock(
         return Err(Failure::usage(
             "the mount point may not lie inside the cipher directory",
         ));
+    }
+    // An automount point (systemd's x-systemd.automount) is an autofs mount until the real
+    // one is made over it.
+    if let Some(m) = mounts::current()
+        .ok()
+        .and_then(|all| mounts::at(&all, &mountpoint).cloned())
+        .filter(|m| m.fstype != "autofs")
+    {
+        let what = if m.fstype == mounts::CLOAKFS_TYPE {
+            format!("the cloakfs volume {}", m.source.display())
+        } else {
+            format!("{} ({})", m.source.display(), m.fstype)
+        };
+        return Err(Failure::mount(format!(
+            "{} is already mounted: {what} is mounted there (unmount it first)",
+            mountpoint.display()
+        )));
     }
     if !o.nonempty && dir_has_entries(&mountpoint)? {
         return Err(Failure::mount(format!(
@@ -251,35 +278,10 @@ const NETWORK_FS: &[&str] = &[
 
 /// The type of the network file system `dir` (canonical) lies on, if it does.
 fn network_file_system(dir: &Path) -> Option<String> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    mount_type_of(&info, dir).filter(|t| NETWORK_FS.contains(&t.as_str()))
-}
-
-/// The file system type of the mount in `mountinfo` that holds `dir`: the one with the
-/// longest mount point above it (the last one mounted there, if several).
-fn mount_type_of(mountinfo: &str, dir: &Path) -> Option<String> {
-    let mut best: Option<(usize, String)> = None;
-    for line in mountinfo.lines() {
-        let fields: Vec<&str> = line.split(' ').collect();
-        let sep = fields.iter().position(|f| *f == "-")?;
-        let (Some(point), Some(fstype)) = (fields.get(4), fields.get(sep + 1)) else {
-            continue;
-        };
-        // mountinfo escapes space, tab, newline and backslash in octal.
-        let point = point
-            .replace("\\040", " ")
-            .replace("\\011", "\t")
-            .replace("\\012", "\n")
-            .replace("\\134", "\\");
-        let point = Path::new(&point);
-        if dir.starts_with(point) {
-            let depth = point.components().count();
-            if best.as_ref().is_none_or(|(d, _)| depth >= *d) {
-                best = Some((depth, fstype.to_string()));
-            }
-        }
-    }
-    best.map(|(_, t)| t)
+    let all = mounts::current().ok()?;
+    mounts::holding(&all, dir)
+        .map(|m| m.fstype.clone())
+        .filter(|t| NETWORK_FS.contains(&t.as_str()))
 }
 
 fn absolute_dir(p: &Path, what: &str) -> Result<PathBuf> {
@@ -337,33 +339,27 @@ fn find_in_path(prog: &str) -> Option<PathBuf> {
         })
 }
 
+/// Why this process cannot write into `dir`, if it cannot: then every write through a
+/// read-write mount would fail, so the mount is made read-only instead.
+fn not_writable(dir: &Path) -> Option<&'static str> {
+    use rustix::fs::{Access, StatVfsMountFlags};
+    if rustix::fs::statvfs(dir).is_ok_and(|v| v.f_flag.contains(StatVfsMountFlags::RDONLY)) {
+        return Some("on a read-only file system");
+    }
+    match rustix::fs::access(dir, Access::WRITE_OK) {
+        Err(rustix::io::Errno::ACCESS) | Err(rustix::io::Errno::PERM) => {
+            Some("no write permission")
+        }
+        Err(rustix::io::Errno::ROFS) => Some("on a read-only file system"),
+        _ => None,
+    }
+}
+
 /// Makes what the daemon wrote durable before it exits (best effort).
 pub(crate) fn sync_dir(dir: &Path) {
     if let Ok(f) = std::fs::File::open(dir) {
         use std::os::fd::AsRawFd;
         // SAFETY: syncfs on a valid open descriptor.
         unsafe { libc::syncfs(f.as_raw_fd()) };
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const MOUNTINFO: &str = "\
-22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
-40 22 0:35 / /srv/team rw,relatime shared:2 - fuse.glusterfs 10.0.0.1:vol rw,user_id=0
-41 40 0:36 / /srv/team/local\\040disk rw - ext4 /dev/sdb1 rw
-50 22 0:40 / /mnt/nas rw - nfs4 nas:/export rw
-";
-
-    #[test]
-    fn the_deepest_mount_above_the_directory_decides() {
-        let t = |p: &str| mount_type_of(MOUNTINFO, Path::new(p));
-        assert_eq!(t("/srv/team/crypt").as_deref(), Some("fuse.glusterfs"));
-        assert_eq!(t("/srv/team/local disk/c").as_deref(), Some("ext4"));
-        assert_eq!(t("/srv/teamx").as_deref(), Some("ext4"));
-        assert_eq!(t("/mnt/nas/c").as_deref(), Some("nfs4"));
-        assert!(NETWORK_FS.contains(&"fuse.glusterfs") && !NETWORK_FS.contains(&"ext4"));
     }
 }

@@ -48,8 +48,8 @@ pub struct RunArgs {
 /// kernel unmounts it (writing back every cached page) when the last process in there exits,
 /// and serving ends.
 pub fn run(args: RunArgs) -> Result<u8> {
-    let o = mount_options::parse(&args.options)?;
-    let (cipherdir, mountpoint) = check_before_unlock(&args.cipherdir, &args.mountpoint, &o)?;
+    let mut o = mount_options::parse(&args.options)?;
+    let (cipherdir, mountpoint) = check_before_unlock(&args.cipherdir, &args.mountpoint, &mut o)?;
     let mut mo = fuse_options(&cipherdir, &o, None, None);
     mo.binding = o.bind.map(BindTo::binding).transpose()?;
     let volume = crate::unlock::unlock_at(

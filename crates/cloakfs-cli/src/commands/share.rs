@@ -7,7 +7,7 @@ use crate::args::UnlockArgs;
 use crate::commands::slots::recipients_text;
 use crate::failure::{code, Failure, Result};
 use clap::{Args, Subcommand};
-use cloakfs_core::tools::{rekey, share, translate};
+use cloakfs_core::tools::{mounts, rekey, share, translate};
 use cloakfs_core::Volume;
 use std::path::{Path, PathBuf};
 
@@ -282,28 +282,10 @@ fn not_sharing(where_: &Path) -> Failure {
 fn mounted(path: &Path) -> Result<PathBuf> {
     let abs = std::fs::canonicalize(path)
         .map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?;
-    let info = std::fs::read_to_string("/proc/self/mountinfo")
-        .map_err(|e| Failure::other(format!("/proc/self/mountinfo: {e}")))?;
-    let mut best: Option<(PathBuf, bool)> = None;
-    for l in info.lines() {
-        let f: Vec<&str> = l.split(' ').collect();
-        let Some(sep) = f.iter().position(|x| *x == "-") else {
-            continue;
-        };
-        let (Some(point), Some(fstype)) = (f.get(4), f.get(sep + 1)) else {
-            continue;
-        };
-        let point = PathBuf::from(point.replace("\\040", " "));
-        if abs.starts_with(&point)
-            && best
-                .as_ref()
-                .is_none_or(|(b, _)| point.as_os_str().len() >= b.as_os_str().len())
-        {
-            best = Some((point, *fstype == "fuse.cloakfs"));
-        }
-    }
-    match best {
-        Some((_, true)) => Ok(abs),
+    let all =
+        mounts::current().map_err(|e| Failure::other(format!("/proc/self/mountinfo: {e}")))?;
+    match mounts::holding(&all, &abs) {
+        Some(m) if m.fstype == mounts::CLOAKFS_TYPE => Ok(abs),
         _ => Err(Failure::usage(format!(
             "{} is not inside a cloakfs mount (give --volume CIPHERDIR for a path inside a \
              cipher directory)",

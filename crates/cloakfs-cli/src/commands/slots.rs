@@ -20,6 +20,10 @@ use std::time::Duration;
 pub enum SlotsCommand {
     /// List the key slots: IDs, kinds, labels and non-secret parameters (no secret needed).
     List {
+        /// Print JSON instead of lines: an array of slots (`id`, `kind`, `label`, `details`
+        /// and the kind's non-secret parameters).
+        #[arg(long)]
+        json: bool,
         /// The volume's cipher directory (or its config file).
         cipherdir: PathBuf,
     },
@@ -210,7 +214,7 @@ pub struct TestArgs {
 
 pub fn run(cmd: SlotsCommand) -> Result<()> {
     match cmd {
-        SlotsCommand::List { cipherdir } => list(&cipherdir),
+        SlotsCommand::List { cipherdir, json } => list(&cipherdir, json),
         SlotsCommand::Add(a) => add(*a),
         SlotsCommand::Remove(a) => remove(a),
         SlotsCommand::Test(a) => test(a),
@@ -219,9 +223,50 @@ pub fn run(cmd: SlotsCommand) -> Result<()> {
 
 /// One line describing a slot, without any secret: ID, kind, label and public parameters.
 pub fn describe(s: &KeySlot) -> String {
+    let mut line = format!("slot {}: {} ({})", s.id(), s.kind(), details(s));
+    if !s.label().is_empty() {
+        line.push_str(&format!(" label {:?}", s.label()));
+    }
+    line
+}
+
+/// A key slot as JSON: what [`describe`] says, and the kind's non-secret parameters as fields
+/// (never wrapped keys, salts or nonces).
+pub fn describe_json(s: &KeySlot) -> serde_json::Value {
+    let f = s.fields();
+    let field = |k: &str| f.get(k).cloned();
+    let mut v = serde_json::json!({
+        "id": s.id(),
+        "kind": s.kind(),
+        "label": s.label(),
+        "details": details(s),
+    });
+    let extra = match s.kind() {
+        kind::PASSPHRASE => s.argon2().ok().map(|a| {
+            serde_json::json!({ "argon2id": {
+                "memory_kib": a.memory_kib, "iterations": a.iterations, "lanes": a.lanes
+            }})
+        }),
+        kind::RECIPIENT => Some(serde_json::json!({ "recipient_types": field("recipient_types") })),
+        kind::SHAMIR => Some(serde_json::json!({
+            "threshold": field("threshold").and_then(|t| t.parse::<u32>().ok()),
+            "shares": field("shares").and_then(|t| t.parse::<u32>().ok()),
+        })),
+        kind::PKCS11 => Some(serde_json::json!({ "pkcs11_token": field("pkcs11_token") })),
+        kind::GPG => Some(serde_json::json!({ "gpg_recipients": field("gpg_recipients") })),
+        _ => None,
+    };
+    if let (Some(obj), Some(serde_json::Value::Object(more))) = (v.as_object_mut(), extra) {
+        obj.extend(more);
+    }
+    v
+}
+
+/// The non-secret parameters of a slot, in words.
+fn details(s: &KeySlot) -> String {
     let f = s.fields();
     let get = |k: &str| f.get(k).map(String::as_str).unwrap_or("?");
-    let details = match s.kind() {
+    match s.kind() {
         kind::PASSPHRASE => match s.argon2() {
             Ok(a) => format!(
                 "argon2id m={} KiB t={} p={}",
@@ -236,12 +281,7 @@ pub fn describe(s: &KeySlot) -> String {
         kind::PKCS11 => format!("HMAC key on PKCS#11 token {:?}", get("pkcs11_token")),
         kind::GPG => format!("gpg to {}", get("gpg_recipients")),
         _ => "unknown kind (made by a newer cloakfs?): kept, never used to unlock".into(),
-    };
-    let mut line = format!("slot {}: {} ({details})", s.id(), s.kind());
-    if !s.label().is_empty() {
-        line.push_str(&format!(" label {:?}", s.label()));
     }
-    line
 }
 
 /// The key source of a volume without stored key, for display.
@@ -255,8 +295,13 @@ pub fn describe_key_source(c: &VolumeConfig) -> Option<String> {
     }
 }
 
-fn list(cipherdir: &Path) -> Result<()> {
+fn list(cipherdir: &Path, json: bool) -> Result<()> {
     let c = VolumeConfig::load(cipherdir)?;
+    if json {
+        let slots: Vec<serde_json::Value> = c.slots().iter().map(describe_json).collect();
+        println!("{}", serde_json::Value::Array(slots));
+        return Ok(());
+    }
     if let Some(k) = describe_key_source(&c) {
         println!("{k}");
         return Ok(());

@@ -4,6 +4,7 @@
 pub mod blocks;
 pub mod export;
 pub mod fsck;
+pub mod mounts;
 pub mod paths;
 pub mod rekey;
 pub mod share;

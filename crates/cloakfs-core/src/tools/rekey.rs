@@ -58,7 +58,7 @@ use std::collections::BTreeSet;
 use std::ffi::{OsStr, OsString};
 use std::fs::{File, Metadata};
 use std::io::Write;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -99,21 +99,10 @@ pub fn check_not_rekeying(cipherdir: &Path) -> Result<()> {
 /// cipher directory), per /proc/self/mountinfo. A mount given another `fsname=` is not found.
 pub fn mounted_at(cipherdir: &Path) -> std::io::Result<Option<PathBuf>> {
     let want = std::fs::canonicalize(cipherdir)?;
-    let info = std::fs::read_to_string("/proc/self/mountinfo")?;
-    for l in info.lines() {
-        let f: Vec<&str> = l.split(' ').collect();
-        let Some(sep) = f.iter().position(|x| *x == "-") else {
-            continue;
-        };
-        let (Some(fstype), Some(source), Some(point)) = (f.get(sep + 1), f.get(sep + 2), f.get(4))
-        else {
-            continue;
-        };
-        if *fstype == "fuse.cloakfs" && Path::new(&unescape(source)) == want {
-            return Ok(Some(PathBuf::from(unescape(point))));
-        }
-    }
-    Ok(None)
+    Ok(super::mounts::current()?
+        .into_iter()
+        .find(|m| m.fstype == super::mounts::CLOAKFS_TYPE && m.source == want)
+        .map(|m| m.point))
 }
 
 /// Refuses a volume that is mounted.
@@ -126,23 +115,6 @@ pub fn check_not_mounted(cipherdir: &Path) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// mountinfo escapes space, tab, newline and backslash as three octal digits.
-fn unescape(s: &str) -> OsString {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(u8::is_ascii_digit) {
-            out.push(u8::from_str_radix(&s[i + 1..i + 4], 8).unwrap_or(b'?'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    OsString::from_vec(out)
 }
 
 /// Holds an exclusive lock on the cipher directory: two rekeys, or a rekey and `fsck --repair`,
