@@ -6,6 +6,7 @@ mod commands;
 mod control;
 mod daemon;
 mod failure;
+mod holders;
 mod logging;
 mod mount_options;
 mod secret_input;

@@ -54,6 +54,77 @@ fn info_shows_parameters_without_secret() {
 }
 
 #[test]
+fn unmount_of_a_busy_mount_names_what_holds_it() {
+    let f = Fixture::new();
+    let m = f.mounted(&[]);
+    std::fs::create_dir(f.mnt.join("work")).unwrap();
+    std::fs::write(f.mnt.join("work/open.txt"), b"x").unwrap();
+    // A reader sitting in the mount (waiting on its stdin), and one holding a file open from
+    // outside it (tail -f never closes it).
+    let mnt = std::fs::canonicalize(&f.mnt).unwrap();
+    struct Held(Vec<std::process::Child>);
+    impl Drop for Held {
+        fn drop(&mut self) {
+            for h in &mut self.0 {
+                let _ = h.kill();
+                let _ = h.wait();
+            }
+        }
+    }
+    let holders = Held(
+        [
+            (mnt.join("work"), "exec cat".to_string()),
+            (
+                f.tmp.path().to_path_buf(),
+                format!("exec tail -f {}", s(&mnt.join("work/open.txt"))),
+            ),
+        ]
+        .into_iter()
+        .map(|(dir, script)| {
+            Command::new("sh")
+                .arg("-c")
+                .arg(script)
+                .current_dir(dir)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect(),
+    );
+    // Until both hold it, as /proc shows them.
+    let (a, b) = (holders.0[0].id(), holders.0[1].id());
+    let holds = |pid: u32, link: &str| {
+        std::fs::read_link(format!("/proc/{pid}/{link}")).is_ok_and(|p| p.starts_with(&mnt))
+    };
+    let opened = |pid: u32| {
+        std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+            fds.flatten()
+                .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|p| p.starts_with(&mnt)))
+        })
+    };
+    while !(holds(a, "cwd") && opened(b)) {
+        std::thread::yield_now();
+    }
+    let out = cloakfs(&["unmount", s(&f.mnt)]);
+    assert_fails(&out, 4, "it is in use: ");
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("process {a} (cat) has its current directory")),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("process {b} (tail) has an open file")),
+        "{err}"
+    );
+    assert!(err.contains("open.txt"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    drop(holders);
+    // Released: the unmount goes through.
+    m.unmount();
+}
+
+#[test]
 fn mount_daemonizes_and_unmount_flushes() {
     let f = Fixture::new();
     let m = f.mounted(&[]);
