@@ -446,6 +446,23 @@ fn challenge_response_refuses_forged_and_replayed_answers() {
         matches!(&forged, Response::Error { message } if message.contains("too many failed attempts")),
         "{forged:?}"
     );
+    // Asking again and again, as fast as the socket answers: each is refused, and the log
+    // grows by one line per user and minute, not one per refusal.
+    for _ in 0..300 {
+        let r = c2
+            .call(&Request::Auth {
+                name: "cr".into(),
+                authz: None,
+            })
+            .unwrap();
+        assert!(is_err(&r), "{r:?}");
+    }
+    let log = d.log();
+    let lines = log.matches("challenge refused").count();
+    assert!(
+        (1..=2).contains(&lines),
+        "{lines} log lines for 301 refusals"
+    );
 }
 
 #[test]
