@@ -355,6 +355,28 @@ fn generated_names() {
     // A user cannot attach a cipher directory they cannot read.
     let bob = user("cfs-bob");
     let mut b = d.shell(&bob);
+    // Nor take a name that only looks different from one that exists: case, 0/O, 1/l/I.
+    let bob_home = d.home(&bob);
+    let bc = bob_home.join("cipher");
+    b.ok(&format!(
+        "cloakfs init --passfile {h}/pass {kdf} {c}",
+        h = s(&bob_home),
+        kdf = CHEAP_KDF.join(" "),
+        c = s(&bc)
+    ));
+    let alikes = [
+        format!("U{}", alice.uid),
+        format!("u{}", alice.uid).replace('1', "l"),
+    ];
+    for alike in alikes.iter().filter(|n| **n != format!("u{}", alice.uid)) {
+        let out = b.fails(&format!(
+            "cloakfs attach --passfile {}/pass {} {alike}",
+            s(&bob_home),
+            s(&bc)
+        ));
+        assert!(out.contains("is taken"), "{alike}: {out}");
+    }
+    assert_eq!(d.ls_root().len(), 3);
     b.fails(&format!(
         "cloakfs attach --passfile /dev/null {} stolen",
         s(&c)

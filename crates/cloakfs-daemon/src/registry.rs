@@ -74,7 +74,10 @@ impl NameTaken {
     /// The message for the client (the same for a hidden and a known attach).
     pub fn message(&self, name: &str) -> String {
         match self {
-            NameTaken::Known | NameTaken::Hidden => format!("name {name} is taken"),
+            NameTaken::Known | NameTaken::Hidden => format!(
+                "name {name} is taken (names that differ only in case, or in 0/O or 1/l/I, \
+                 count as one)"
+            ),
             NameTaken::Quota(n) => attach_quota_message(*n),
         }
     }
@@ -530,10 +533,19 @@ impl Registry {
 
     /// Holds `name` for the caller while the tree is asked for it.
     pub fn reserve_name(&mut self, name: &str, ids: &mut dyn Ids) -> Result<(), NameTaken> {
-        if self.reserved.contains_key(name) {
+        let look = crate::naming::skeleton(name);
+        if self
+            .reserved
+            .keys()
+            .any(|r| crate::naming::skeleton(r) == look)
+        {
             return Err(NameTaken::Known);
         }
-        if let Some(a) = self.named(name) {
+        if let Some(a) = self
+            .attaches
+            .values()
+            .find(|a| crate::naming::skeleton(&a.name) == look)
+        {
             return Err(if a.known_to(ids) {
                 NameTaken::Known
             } else {
