@@ -15,7 +15,7 @@ use base64::Engine;
 use cloakfs_core::crypto::kdf::Argon2Params;
 use cloakfs_core::crypto::secret::SecretBytes;
 use cloakfs_fuse::tree::{Access, AttachId, Need};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use zeroize::Zeroizing;
 
 /// The result of an operation: a message for the client on failure.
@@ -436,6 +436,8 @@ pub struct Registry {
     next_session: u64,
     /// Requests blocked in the gate right now (all attaches).
     pub waiters: usize,
+    /// The same, per uid of the requesting process (only uids with some).
+    pub waiters_by_uid: HashMap<u32, usize>,
     /// Set when the daemon shuts down: the timer thread ends.
     pub stopped: bool,
 }
