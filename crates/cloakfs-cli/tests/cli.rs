@@ -497,14 +497,19 @@ fn missing_fusermount3_for_a_user_is_a_clear_error() {
     assert_fails(&in_mount_namespace(&script), 4, "fusermount3 not found");
 }
 
-/// A full backing disk: ENOSPC reaches the writer, and what was written before stays intact.
-#[test]
-fn full_disk_surfaces_enospc_and_keeps_data() {
-    let f = Fixture::bare();
+/// A volume on a tmpfs of `size` (e.g. "3m"), mounted on `f.mnt`; the guards unmount both.
+fn small_disk_volume(f: &Fixture, size: &str) -> (MountGuard, impl Drop) {
     let small = f.tmp.path().join("small");
     std::fs::create_dir(&small).unwrap();
     let st = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=3m", "cloakfs-test", s(&small)])
+        .args([
+            "-t",
+            "tmpfs",
+            "-o",
+            &format!("size={size}"),
+            "cloakfs-test",
+            s(&small),
+        ])
         .status()
         .unwrap();
     assert!(st.success());
@@ -514,7 +519,7 @@ fn full_disk_surfaces_enospc_and_keeps_data() {
             let _ = Command::new("umount").arg("-l").arg(&self.0).status();
         }
     }
-    let _tmpfs = Umount(small.clone());
+    let tmpfs = Umount(small.clone());
     let cipher = small.join("cipher");
     let out = cloakfs(
         &[
@@ -527,23 +532,32 @@ fn full_disk_surfaces_enospc_and_keeps_data() {
     assert!(out.status.success(), "{}", stderr(&out));
     let out = cloakfs(&["mount", "--passfile", s(&f.pass), s(&cipher), s(&f.mnt)]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let guard = MountGuard(f.mnt.clone());
+    (MountGuard(f.mnt.clone()), tmpfs)
+}
+
+/// Writes `path` until the disk is full; the error must be ENOSPC, on write or fsync.
+fn fill_disk(path: &std::path::Path) {
+    let mut big = std::fs::File::create(path).unwrap();
+    let chunk = vec![0x5au8; 64 * 1024];
+    for _ in 0..2000 {
+        if let Err(e) = big.write_all(&chunk).and_then(|_| big.sync_all()) {
+            assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+            return;
+        }
+    }
+    panic!("the disk never filled up");
+}
+
+/// A full backing disk: ENOSPC reaches the writer, and what was written before stays intact.
+#[test]
+fn full_disk_surfaces_enospc_and_keeps_data() {
+    let f = Fixture::bare();
+    let (guard, _tmpfs) = small_disk_volume(&f, "3m");
 
     let keep: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
     std::fs::write(f.mnt.join("keep"), &keep).unwrap();
-    // Grow a second file until the disk is full; the error must be ENOSPC, on write or fsync.
-    let mut big = std::fs::File::create(f.mnt.join("big")).unwrap();
+    fill_disk(&f.mnt.join("big"));
     let chunk = vec![0x5au8; 64 * 1024];
-    let mut err = None;
-    for _ in 0..200 {
-        if let Err(e) = big.write_all(&chunk).and_then(|_| big.sync_all()) {
-            err = Some(e);
-            break;
-        }
-    }
-    let err = err.expect("a 3 MiB disk must fill up");
-    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
-    drop(big);
     // Appending to the kept file fails too, without damaging its existing bytes.
     let mut k = std::fs::OpenOptions::new()
         .append(true)
@@ -554,6 +568,52 @@ fn full_disk_surfaces_enospc_and_keeps_data() {
     let back = std::fs::read(f.mnt.join("keep")).unwrap();
     assert!(back.len() >= keep.len());
     assert_eq!(&back[..keep.len()], &keep[..]);
+    guard.unmount();
+}
+
+/// xfstests' shrinking truncate on a full disk: the new last block is sealed over a block
+/// that was a hole, whose backing range starts in an allocated page and ends in an
+/// unallocated one. The plain file system succeeds (a shrink needs no space); so must cloakfs,
+/// and the file must read back whole, never as a block that fails authentication.
+#[test]
+fn a_shrinking_truncate_into_a_hole_on_a_full_disk_succeeds_and_reads_back() {
+    let f = Fixture::bare();
+    let (guard, _tmpfs) = small_disk_volume(&f, "3m");
+    let path = f.mnt.join("sparse");
+    // The same file on the plain tmpfs beside the volume.
+    let plain = f.tmp.path().join("small").join("plain-beside");
+    let head: Vec<u8> = (0..4096u32).map(|i| (i % 251) as u8).collect();
+    for p in [&path, &plain] {
+        let file = std::fs::File::create(p).unwrap();
+        use std::os::unix::fs::FileExt;
+        // Block 0 data, blocks 1-3 holes, block 4 data: block 1's backing range starts in the
+        // page that holds block 0's end, and runs into a page that was never written.
+        file.write_all_at(&head, 0).unwrap();
+        file.write_all_at(&[9u8; 4096], 4 * 4096).unwrap();
+        file.sync_all().unwrap();
+    }
+    // Full to the last page: a plain file on the tmpfs itself, in ever smaller writes.
+    let mut filler = std::fs::File::create(f.tmp.path().join("small").join("filler")).unwrap();
+    for n in [64 * 1024, 4096, 1] {
+        while filler.write_all(&vec![1u8; n]).is_ok() {}
+    }
+    // 4,050 bytes of block 1: sealed, they reach past the allocated page.
+    let new_size = 4096 + 4050;
+    let shrink = |p: &std::path::Path| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(p)
+            .and_then(|file| file.set_len(new_size))
+    };
+    // cloakfs first: the plain file's shrink frees a page.
+    let r = shrink(&path);
+    shrink(&plain).expect("the plain tmpfs shrinks a file on a full disk");
+    assert!(r.is_ok(), "truncate on a full disk: {r:?}");
+    let back = std::fs::read(&path).expect("the file reads back");
+    assert_eq!(back.len() as u64, new_size);
+    assert_eq!(&back[..4096], &head[..]);
+    assert!(back[4096..].iter().all(|&b| b == 0));
+    assert_eq!(back, std::fs::read(&plain).unwrap());
     guard.unmount();
 }
 

@@ -355,6 +355,28 @@ fn generated_names() {
     // A user cannot attach a cipher directory they cannot read.
     let bob = user("cfs-bob");
     let mut b = d.shell(&bob);
+    // Nor take a name that only looks different from one that exists: case, 0/O, 1/l/I.
+    let bob_home = d.home(&bob);
+    let bc = bob_home.join("cipher");
+    b.ok(&format!(
+        "cloakfs init --passfile {h}/pass {kdf} {c}",
+        h = s(&bob_home),
+        kdf = CHEAP_KDF.join(" "),
+        c = s(&bc)
+    ));
+    let alikes = [
+        format!("U{}", alice.uid),
+        format!("u{}", alice.uid).replace('1', "l"),
+    ];
+    for alike in alikes.iter().filter(|n| **n != format!("u{}", alice.uid)) {
+        let out = b.fails(&format!(
+            "cloakfs attach --passfile {}/pass {} {alike}",
+            s(&bob_home),
+            s(&bc)
+        ));
+        assert!(out.contains("is taken"), "{alike}: {out}");
+    }
+    assert_eq!(d.ls_root().len(), 3);
     b.fails(&format!(
         "cloakfs attach --passfile /dev/null {} stolen",
         s(&c)
@@ -445,6 +467,23 @@ fn challenge_response_refuses_forged_and_replayed_answers() {
     assert!(
         matches!(&forged, Response::Error { message } if message.contains("too many failed attempts")),
         "{forged:?}"
+    );
+    // Asking again and again, as fast as the socket answers: each is refused, and the log
+    // grows by one line per user and minute, not one per refusal.
+    for _ in 0..300 {
+        let r = c2
+            .call(&Request::Auth {
+                name: "cr".into(),
+                authz: None,
+            })
+            .unwrap();
+        assert!(is_err(&r), "{r:?}");
+    }
+    let log = d.log();
+    let lines = log.matches("challenge refused").count();
+    assert!(
+        (1..=2).contains(&lines),
+        "{lines} log lines for 301 refusals"
     );
 }
 

@@ -215,11 +215,19 @@ fn reverse_view_is_deterministic_and_rsync_sends_only_what_changed() {
     assert_ne!(backing[0], backing[1]);
     assert_eq!(r.rsync(), 0, "nothing changed");
 
+    // Changes while the view stays mounted and was just listed: the next backup sees the
+    // tree as it is now, sizes and times included (an append keeps the name and type).
     std::fs::write(r.plain.join("sub/deeper/note"), "changed\n").unwrap();
-    // The kernel may cache the old attributes for the cache timeout: this view is new.
-    view.unmount();
-    let view = r.mounted();
     assert_eq!(r.rsync(), 1, "only the changed file");
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(r.plain.join("hello.txt"))
+        .unwrap();
+    std::io::Write::write_all(&mut f, b"x\n").unwrap();
+    drop(f);
+    assert_eq!(r.rsync(), 1, "the appended file");
+    std::fs::rename(r.plain.join("empty"), r.plain.join("renamed")).unwrap();
+    assert_eq!(r.rsync(), 1, "the renamed file, under its new name");
     view.unmount();
 
     let m = r.mount_backup();
@@ -227,6 +235,11 @@ fn reverse_view_is_deterministic_and_rsync_sends_only_what_changed() {
         std::fs::read(r.f.mnt.join("sub/deeper/note")).unwrap(),
         b"changed\n"
     );
+    assert_eq!(
+        std::fs::read(r.f.mnt.join("hello.txt")).unwrap(),
+        b"hello, backup\nx\n"
+    );
+    assert!(r.f.mnt.join("renamed").exists());
     m.unmount();
 }
 

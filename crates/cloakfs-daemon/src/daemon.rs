@@ -10,6 +10,7 @@ use crate::peer::{as_user, Peer, Process};
 use crate::protocol::{
     AttachRequest, AuthMethod, AuthzAddRequest, Entity, MemberKeys, Naming, Request, Response,
 };
+use crate::refusals::{Refusal, RefusalLog};
 use crate::registry::{check_callback, AuthStart, NameTaken, NewAttach, PendingChallenge};
 use crate::shared::{dispatch, now, Shared};
 use crate::throttle::{Key, Throttle};
@@ -71,8 +72,12 @@ pub struct Daemon<T: Tree> {
     root: PathBuf,
     watcher: Watcher,
     throttle: Mutex<Throttle>,
+    refusals: RefusalLog,
     limits: Limits,
 }
+
+/// How often one user's refusals of one kind are logged (see [`RefusalLog`]).
+const REFUSAL_LOG_WINDOW: Duration = Duration::from_secs(60);
 
 fn error(message: impl Into<String>) -> Response {
     Response::Error {
@@ -114,6 +119,7 @@ impl<T: Tree> Daemon<T> {
             root,
             watcher,
             throttle: Mutex::new(Throttle::default()),
+            refusals: RefusalLog::new(REFUSAL_LOG_WINDOW),
             limits,
         })
     }
@@ -239,7 +245,12 @@ impl<T: Tree> Daemon<T> {
                         let keys = [Key::Authz(attach, authz), Key::Uid(peer.uid)];
                         let wait = self.throttle().wait(&keys, Instant::now());
                         if !wait.is_zero() {
-                            tracing::warn!(uid = peer.uid, pid = peer.pid, attach = %name, authz, wait_s = wait.as_secs(), "challenge refused: too many failed attempts");
+                            if let Some(unlogged) =
+                                self.refusals
+                                    .admit(peer.uid, Refusal::Challenge, Instant::now())
+                            {
+                                tracing::warn!(uid = peer.uid, pid = peer.pid, attach = %name, authz, wait_s = wait.as_secs(), unlogged_before = unlogged, "challenge refused: too many failed attempts (logged once a minute per user)");
+                            }
                             return error(too_many_failures(wait));
                         }
                         let challenge: [u8; CHALLENGE_LEN] = cloakfs_core::crypto::random::array();
@@ -277,7 +288,12 @@ impl<T: Tree> Daemon<T> {
             Key::Uid(peer.uid),
         ];
         if let Err(wait) = self.throttle().begin(&keys, Instant::now()) {
-            tracing::warn!(uid = peer.uid, pid = peer.pid, attach = %pending.name, authz = pending.authz, wait_s = wait.as_secs(), "challenge answer refused unchecked: too many failed attempts");
+            if let Some(unlogged) = self
+                .refusals
+                .admit(peer.uid, Refusal::Answer, Instant::now())
+            {
+                tracing::warn!(uid = peer.uid, pid = peer.pid, attach = %pending.name, authz = pending.authz, wait_s = wait.as_secs(), unlogged_before = unlogged, "challenge answer refused unchecked: too many failed attempts (logged once a minute per user)");
+            }
             return error(too_many_failures(wait));
         }
         let bytes = Zeroizing::new(B64.decode(answer).unwrap_or_default());
@@ -428,12 +444,19 @@ impl<T: Tree> Daemon<T> {
                 Err(NameTaken::Hidden) => {
                     // Answered as for any taken name, and counted as a guess.
                     throttle.fail(&[Key::Uid(peer.uid)], Instant::now());
-                    tracing::warn!(
-                        uid = peer.uid,
-                        pid = peer.pid,
-                        failures_of_uid = throttle.failures(Key::Uid(peer.uid)),
-                        "attach refused: its name is held by a hidden attach (counted as a guess)"
-                    );
+                    if let Some(unlogged) =
+                        self.refusals
+                            .admit(peer.uid, Refusal::HiddenName, Instant::now())
+                    {
+                        tracing::warn!(
+                            uid = peer.uid,
+                            pid = peer.pid,
+                            failures_of_uid = throttle.failures(Key::Uid(peer.uid)),
+                            unlogged_before = unlogged,
+                            "attach refused: its name is held by a hidden attach (counted as a \
+                             guess; logged once a minute per user)"
+                        );
+                    }
                     return Err(NameTaken::Hidden.message(&name));
                 }
                 Err(e) => return Err(e.message(&name)),

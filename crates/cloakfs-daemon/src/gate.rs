@@ -16,14 +16,22 @@ pub struct DaemonGate {
 }
 
 impl DaemonGate {
-    /// `max_waiters` requests at most sleep at once (the rest fail at once), each at most
-    /// `max_wait`.
+    /// `max_waiters` requests at most sleep at once, half of them at most of one uid (the
+    /// rest fail at once), each at most `max_wait`.
     pub fn new(shared: Arc<Shared>, max_wait: Duration, max_waiters: usize) -> Self {
         Self {
             shared,
             max_wait,
             max_waiters,
         }
+    }
+}
+
+impl DaemonGate {
+    /// Sleeping requests one uid may have at once: half the pool (at least one), so no user
+    /// can fill it and turn another user's sleep into EACCES.
+    fn per_uid(&self) -> usize {
+        self.max_waiters.div_ceil(2).max(1)
     }
 }
 
@@ -44,11 +52,15 @@ impl Gate for DaemonGate {
                         match waiting_on {
                             Some(old) => reg.add_waiting(old, -1),
                             None => {
-                                if reg.waiters >= self.max_waiters {
+                                let mine = reg.waiters_by_uid.get(&caller.uid).copied();
+                                if reg.waiters >= self.max_waiters
+                                    || mine.unwrap_or(0) >= self.per_uid()
+                                {
                                     tracing::debug!(attach, "too many sleeping requests: denied");
                                     break Verdict::Deny;
                                 }
                                 reg.waiters += 1;
+                                *reg.waiters_by_uid.entry(caller.uid).or_default() += 1;
                             }
                         }
                         reg.add_waiting(session, 1);
@@ -70,6 +82,12 @@ impl Gate for DaemonGate {
         if let Some(s) = waiting_on {
             reg.add_waiting(s, -1);
             reg.waiters -= 1;
+            if let Some(n) = reg.waiters_by_uid.get_mut(&caller.uid) {
+                *n -= 1;
+                if *n == 0 {
+                    reg.waiters_by_uid.remove(&caller.uid);
+                }
+            }
         }
         verdict
     }
@@ -167,6 +185,34 @@ mod tests {
         assert_eq!(shared.lock().waiters, 0);
         // Another attach is not affected.
         assert_eq!(gate.check(3, &me, need(false)), Verdict::Deny);
+    }
+
+    #[test]
+    fn one_user_cannot_take_every_sleeping_slot() {
+        let (shared, me) = timed_out(OnTimeout::SleepAll);
+        let gate = DaemonGate::new(shared.clone(), Duration::from_millis(50), 4);
+        // Another user sleeps in two of the four slots: we may still sleep (and time out).
+        {
+            let mut reg = shared.lock();
+            reg.waiters = 2;
+            reg.waiters_by_uid.insert(me.uid + 1, 2);
+        }
+        let start = Instant::now();
+        assert_eq!(gate.check(1, &me, need(false)), Verdict::Deny);
+        assert!(start.elapsed() >= Duration::from_millis(50), "slept");
+        // We hold our half already: the next is denied at once, though two slots are free.
+        {
+            let mut reg = shared.lock();
+            reg.waiters_by_uid.remove(&(me.uid + 1));
+            reg.waiters_by_uid.insert(me.uid, 2);
+        }
+        let gate = DaemonGate::new(shared.clone(), Duration::from_secs(600), 4);
+        assert_eq!(gate.check(1, &me, need(false)), Verdict::Deny);
+        let reg = shared.lock();
+        assert_eq!(
+            (reg.waiters, reg.waiters_by_uid.get(&me.uid)),
+            (2, Some(&2))
+        );
     }
 
     #[test]

@@ -28,6 +28,7 @@ pub mod naming;
 pub mod peer;
 pub mod perms;
 pub mod protocol;
+pub mod refusals;
 pub mod registry;
 pub mod server;
 pub mod shared;

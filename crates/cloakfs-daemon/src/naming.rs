@@ -44,6 +44,19 @@ pub fn validate_given(name: &str, uid: u32) -> Result<(), String> {
     Ok(())
 }
 
+/// What a name looks like: ASCII case folded, and the digits and letters that look alike in
+/// common fonts made one (`0` and `O`, `1`, `l` and `I`). Two attaches never share a
+/// skeleton, so no two names in `/crypt` can be told apart only by a close look.
+pub fn skeleton(name: &str) -> String {
+    name.chars()
+        .map(|c| match c.to_ascii_lowercase() {
+            '0' => 'o',
+            '1' | 'i' => 'l',
+            c => c,
+        })
+        .collect()
+}
+
 /// The uid N of an entity-style name `u<N>` or `u<N>s<M>`.
 fn entity_name_uid(name: &str) -> Option<u32> {
     let rest = name.strip_prefix('u')?;
@@ -121,6 +134,22 @@ mod tests {
         assert!(validate_given("u6", 5).is_err());
         assert!(validate_given("u6s1", 5).is_err());
         assert!(validate_given("user", 5).is_ok());
+    }
+
+    #[test]
+    fn look_alike_names_share_a_skeleton() {
+        for (a, b) in [
+            ("U1001", "u1001"),
+            ("team1", "teaml"),
+            ("TEAMI", "team1"),
+            ("b0x", "bOx"),
+            ("Docs", "docs"),
+        ] {
+            assert_eq!(skeleton(a), skeleton(b), "{a} {b}");
+        }
+        for (a, b) in [("team1", "team2"), ("a.b", "a_b"), ("box", "bux")] {
+            assert_ne!(skeleton(a), skeleton(b), "{a} {b}");
+        }
     }
 
     #[test]

@@ -15,7 +15,7 @@ use base64::Engine;
 use cloakfs_core::crypto::kdf::Argon2Params;
 use cloakfs_core::crypto::secret::SecretBytes;
 use cloakfs_fuse::tree::{Access, AttachId, Need};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use zeroize::Zeroizing;
 
 /// The result of an operation: a message for the client on failure.
@@ -74,7 +74,10 @@ impl NameTaken {
     /// The message for the client (the same for a hidden and a known attach).
     pub fn message(&self, name: &str) -> String {
         match self {
-            NameTaken::Known | NameTaken::Hidden => format!("name {name} is taken"),
+            NameTaken::Known | NameTaken::Hidden => format!(
+                "name {name} is taken (names that differ only in case, or in 0/O or 1/l/I, \
+                 count as one)"
+            ),
             NameTaken::Quota(n) => attach_quota_message(*n),
         }
     }
@@ -433,6 +436,8 @@ pub struct Registry {
     next_session: u64,
     /// Requests blocked in the gate right now (all attaches).
     pub waiters: usize,
+    /// The same, per uid of the requesting process (only uids with some).
+    pub waiters_by_uid: HashMap<u32, usize>,
     /// Set when the daemon shuts down: the timer thread ends.
     pub stopped: bool,
 }
@@ -530,10 +535,19 @@ impl Registry {
 
     /// Holds `name` for the caller while the tree is asked for it.
     pub fn reserve_name(&mut self, name: &str, ids: &mut dyn Ids) -> Result<(), NameTaken> {
-        if self.reserved.contains_key(name) {
+        let look = crate::naming::skeleton(name);
+        if self
+            .reserved
+            .keys()
+            .any(|r| crate::naming::skeleton(r) == look)
+        {
             return Err(NameTaken::Known);
         }
-        if let Some(a) = self.named(name) {
+        if let Some(a) = self
+            .attaches
+            .values()
+            .find(|a| crate::naming::skeleton(&a.name) == look)
+        {
             return Err(if a.known_to(ids) {
                 NameTaken::Known
             } else {

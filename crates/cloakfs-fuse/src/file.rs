@@ -93,7 +93,7 @@ impl CloakFs {
                 self.check_access(&inode, rustix::fs::Access::WRITE_OK)?;
             }
             if mode.is_none() {
-                self.kill_suidgid_on_truncate(req, &inode)?;
+                self.kill_suidgid_on_change(req, &inode)?;
             }
             if Self::is_plain_file(&inode) {
                 self.truncate_plain(&inode, size)?;
@@ -130,17 +130,27 @@ impl CloakFs {
             return Ok(());
         }
         match inode.chmod(Mode::from_raw_mode(mode & !kill & 0o7777)) {
+            Ok(()) => {
+                // The kernel keeps the mode it cached (a write's or fallocate's reply carries
+                // no attributes): make it ask again, or `stat` shows the bits until the cache
+                // times out. A negative offset leaves the page cache alone.
+                if let Some(n) = self.pruner.notifier() {
+                    let _ = n.inval_inode(fuser::INodeNo(inode.nodeid), -1, 0);
+                }
+                Ok(())
+            }
             // Not the owner and no CAP_FOWNER: then no CAP_FSETID either, so the backing
             // write or truncate clears them.
-            Ok(()) | Err(rustix::io::Errno::PERM) => Ok(()),
+            Err(rustix::io::Errno::PERM) => Ok(()),
             Err(e) => Err(errno(e)),
         }
     }
 
-    /// [`Self::kill_suidgid`] for a truncate (setattr, or an open with O_TRUNC) by `req`,
-    /// when the backing file system would not clear them: the caller lacks CAP_FSETID (not
-    /// root) but this daemon holds it.
-    fn kill_suidgid_on_truncate(&self, req: &Request, inode: &Inode) -> Res<()> {
+    /// [`Self::kill_suidgid`] for a change of contents that is not a write (a truncate by
+    /// setattr or an open with O_TRUNC, an fallocate of any mode, as ext4's `file_modified`)
+    /// by `req`, when the backing file system would not clear them: the caller lacks
+    /// CAP_FSETID (not root) but this daemon holds it.
+    fn kill_suidgid_on_change(&self, req: &Request, inode: &Inode) -> Res<()> {
         if self.serves_other_user(req) {
             self.kill_suidgid(inode)
         } else {
@@ -163,7 +173,7 @@ impl CloakFs {
         }
         self.check_access(&inode, open_access(flags))?;
         if trunc {
-            self.kill_suidgid_on_truncate(req, &inode)?;
+            self.kill_suidgid_on_change(req, &inode)?;
         }
         if inode.is_plain() {
             return self.open_plain(&inode, fh, writable);
@@ -288,7 +298,7 @@ impl CloakFs {
             return Ok((attr, made));
         }
         // An existing file opened with O_TRUNC.
-        let truncated = self.kill_suidgid_on_truncate(req, &inode).and_then(|()| {
+        let truncated = self.kill_suidgid_on_change(req, &inode).and_then(|()| {
             file.truncate(0)
                 .map_err(|e| self.fail(&e, file.backing().as_fd(), None))
         });
@@ -337,6 +347,7 @@ impl CloakFs {
 
     pub(crate) fn do_fallocate(
         &self,
+        req: &Request,
         ino: INodeNo,
         offset: u64,
         length: u64,
@@ -352,6 +363,7 @@ impl CloakFs {
         self.check_size(offset, length)?;
         let end = offset + length;
         let inode = self.node(ino)?;
+        self.kill_suidgid_on_change(req, &inode)?;
         if Self::is_plain_file(&inode) {
             return self.fallocate_plain(&inode, offset, length, mode);
         }

@@ -747,7 +747,7 @@ impl Filesystem for CloakFs {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -755,6 +755,6 @@ impl Filesystem for CloakFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.do_fallocate(ino, offset, length, mode));
+        reply_empty(reply, self.do_fallocate(req, ino, offset, length, mode));
     }
 }

@@ -1490,6 +1490,70 @@ fn writes_and_truncates_by_others_clear_setuid_and_setgid() {
 }
 
 #[test]
+fn fallocate_and_direct_writes_by_others_clear_setuid_and_show_it_at_once() {
+    // xfstests generic/683-685 (fallocate, punch hole, zero range on a root-owned 4777 file by
+    // another user) and 355 (an O_DIRECT write): ext4 clears the bits, and `stat` right after
+    // must show it, not the mode the kernel cached (30 s here).
+    let Some(fs) = mount_for_other_users() else {
+        return;
+    };
+    let names = ["alloc", "punch", "zero", "direct"];
+    for name in names {
+        fs::write(fs.p(name), vec![1u8; 3 * 4096]).unwrap();
+        fs::set_permissions(fs.p(name), fs::Permissions::from_mode(0o6777)).unwrap();
+        // Cached now, with the bits.
+        assert_eq!(fs::metadata(fs.p(name)).unwrap().mode() & 0o7777, 0o6777);
+    }
+    assert!(sh_in_mount(
+        &fs,
+        "fallocate -o 0 -l 65536 alloc && fallocate -p -o 4096 -l 4096 punch && \
+         fallocate -z -o 0 -l 4096 zero && \
+         dd if=/dev/zero of=direct bs=4096 count=1 oflag=direct conv=notrunc status=none",
+        Some(OTHER_USER)
+    ));
+    for name in names {
+        let shown = fs::metadata(fs.p(name)).unwrap().mode() & 0o7777;
+        let stored = fs::metadata(fs.backing(name)).unwrap().mode() & 0o7777;
+        assert_eq!(
+            (shown, stored),
+            (0o777, 0o777),
+            "{name}: shown {shown:o}, stored {stored:o}"
+        );
+    }
+    // Root (CAP_FSETID) keeps them, as on ext4.
+    fs::set_permissions(fs.p("alloc"), fs::Permissions::from_mode(0o6777)).unwrap();
+    assert!(sh_in_mount(&fs, "fallocate -p -o 0 -l 4096 alloc", None));
+    assert_eq!(fs::metadata(fs.p("alloc")).unwrap().mode() & 0o7777, 0o6777);
+}
+
+#[test]
+fn a_direct_write_by_the_owner_clears_setuid_and_stat_shows_it_at_once() {
+    // xfstests generic/355: the owner's O_DIRECT write clears set-user-ID always and
+    // set-group-ID where the group may execute; `stat` right after shows the new mode.
+    let Some(fs) = mount_for_other_users() else {
+        return;
+    };
+    fs::write(fs.p("t"), b"this is a test\n").unwrap();
+    std::os::unix::fs::chown(fs.p("t"), Some(OTHER_USER.0), Some(OTHER_USER.1)).unwrap();
+    for (before, after) in [
+        (0o6644, 0o2644),
+        (0o6744, 0o2744),
+        (0o6654, 0o654),
+        (0o6754, 0o754),
+    ] {
+        fs::set_permissions(fs.p("t"), fs::Permissions::from_mode(before)).unwrap();
+        assert_eq!(fs::metadata(fs.p("t")).unwrap().mode() & 0o7777, before);
+        assert!(sh_in_mount(
+            &fs,
+            "dd if=/dev/zero of=t bs=4096 count=1 oflag=direct conv=notrunc status=none",
+            Some(OTHER_USER)
+        ));
+        let shown = fs::metadata(fs.p("t")).unwrap().mode() & 0o7777;
+        assert_eq!(shown, after, "{before:o}: shown {shown:o}");
+    }
+}
+
+#[test]
 fn a_stream_larger_than_several_write_out_batches_reads_back_after_remount() {
     // Large writes start the backing file's write-out every 8 MiB and evict the batch before
     // (cloakfs_core's stream); reading it back evicts batches too: the bytes must survive

@@ -34,7 +34,8 @@ pub struct ReverseArgs {
     /// /etc/fuse.conf unless run as root).
     #[arg(long)]
     pub allow_other: bool,
-    /// Seconds the kernel may cache attributes and names [default: 30].
+    /// Seconds the kernel may cache attributes and names [default: 0: every request sees the
+    /// plaintext tree as it is then, so a backup never misses a change].
     #[arg(long, value_name = "SECS")]
     pub cache_timeout: Option<f64>,
     /// Append the daemon's log to FILE (default: syslog when daemonized).
@@ -97,9 +98,9 @@ pub fn run(args: ReverseArgs) -> Result<()> {
     let mut mo = MountOptions::new(&plaindir);
     mo.fsname = format!("cloakfs-reverse:{}", plaindir.display());
     mo.allow_other = args.allow_other;
-    if let Some(t) = args.cache_timeout {
-        mo.cache_timeout = Duration::from_secs_f64(t);
-    }
+    // The plaintext tree changes behind the view's back (no request of the view's changes
+    // it), so whatever the kernel cached may be stale: by default it caches nothing.
+    mo.cache_timeout = Duration::from_secs_f64(args.cache_timeout.unwrap_or(0.0));
     let mounted = cloakfs_fuse::mount_reverse(view, &plaindir, text, hidden, &view_dir, &mo)
         .map_err(|e| Failure::mount(format!("cannot mount on {}: {e}", view_dir.display())))?;
     daemon::serve_mounted(

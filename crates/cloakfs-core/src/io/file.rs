@@ -707,6 +707,7 @@ impl ContentFile {
             // The new last block is sealed: under the file's own ID.
             self.ensure_header(&mut st)?;
             let b = new_size / layout.block_size();
+            self.room_for_last_block(&mut st, b, rem)?;
             let cipher = st.cipher.as_ref().expect("non-empty file has a header");
             let old_len = layout.block_len(b, old) as usize;
             let tail = tail_mark(&st);
@@ -725,6 +726,30 @@ impl ContentFile {
         self.file.set_len(layout.cipher_size(new_size))?;
         st.size = new_size;
         Ok(())
+    }
+
+    /// Before a shrinking truncate seals block `b` as the last one, `rem` plaintext bytes long,
+    /// over its old backing range: that range may lie partly in a hole of the backing file
+    /// (block `b` was a hole), and on a full disk the write would stop short and leave a block
+    /// that fails authentication. So its space is reserved first; if the disk is full, the
+    /// blocks past `b` (past the new size anyway) are cut off first, which frees what they
+    /// held and leaves a consistent file whose last block is `b` whole, and the space is
+    /// asked for again. If even that fails, the truncate fails with the file at that size.
+    fn room_for_last_block(&self, st: &mut State, b: u64, rem: usize) -> Result<()> {
+        let layout = self.layout();
+        let at = layout.cipher_offset(b);
+        let end = at + rem as u64 + layout.overhead();
+        match self.reserve(at, end) {
+            Err(e) if e.errno() == libc::ENOSPC => {
+                let whole_b = ((b + 1) * layout.block_size()).min(st.size);
+                if whole_b < st.size {
+                    self.file.set_len(layout.cipher_size(whole_b))?;
+                    st.size = whole_b;
+                }
+                self.reserve(at, end)
+            }
+            r => r,
+        }
     }
 
     /// Zeroes `len` bytes at `off` without changing the size (FALLOC_FL_PUNCH_HOLE). Whole
