@@ -18,13 +18,17 @@ if [ "${CLOAKFS_FRESH_INSIDE:-}" != 1 ]; then
     command -v debootstrap >/dev/null || {
         DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap >/dev/null
     }
-    if [ ! -x "$root/usr/bin/apt-get" ]; then
-        rm -rf "$root"
-        mkdir -p "$root"
-        log "debootstrap bookworm into $root"
-        debootstrap --variant=minbase bookworm "$root" http://deb.debian.org/debian \
+    # The bootstrapped system is kept pristine in $work/base; every run starts from a copy.
+    base=$work/base
+    if [ ! -x "$base/usr/bin/apt-get" ]; then
+        rm -rf "$base"
+        mkdir -p "$base"
+        log "debootstrap bookworm into $base"
+        debootstrap --variant=minbase bookworm "$base" http://deb.debian.org/debian \
             >"$work/debootstrap.log" 2>&1 || { tail -20 "$work/debootstrap.log"; fail debootstrap; }
     fi
+    rm -rf "$root"
+    cp -a "$base" "$root"
     # What the new machine gets from outside: name resolution, the CA certificates this host
     # trusts (crates.io, PyPI), Rust as rustup installs it, and the clone. Nothing else.
     cp /etc/resolv.conf "$root/etc/resolv.conf"
@@ -35,7 +39,6 @@ if [ "${CLOAKFS_FRESH_INSIDE:-}" != 1 ]; then
     # Packages install but never start daemons here (they would join the host's network).
     printf '#!/bin/sh\nexit 101\n' > "$root/usr/sbin/policy-rc.d"
     chmod 755 "$root/usr/sbin/policy-rc.d"
-    rm -rf "$root/root/.rustup" "$root/root/.cargo" "$root/root/cloakfs"
     cp -a "${RUSTUP_HOME:-$HOME/.rustup}" "$root/root/.rustup"
     mkdir -p "$root/root/.cargo"
     cp -a "${CARGO_HOME:-$HOME/.cargo}/bin" "$root/root/.cargo/bin"
