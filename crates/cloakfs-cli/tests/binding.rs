@@ -187,7 +187,11 @@ fn bind_session_refuses_the_users_other_sessions() {
     ));
     assert_eq!(rc, 0, "{out}");
     assert_eq!(ask(&format!("cat {}", s(&t.note()))), (0, "bound\n".into()));
-    // The same user in another session (setsid) is refused...
+    // The same user in another session (setsid) is refused, even what the bound session
+    // has just looked at (nothing of it comes from the kernel's caches)...
+    let (rc, out) = t.sh(&format!("setsid -w stat -c %s {}", s(&t.note())));
+    assert_ne!(rc, 0, "{out}");
+    assert!(out.contains("Permission denied"), "{out}");
     let (rc, out) = t.sh(&format!("setsid -w cat {}", s(&t.note())));
     assert_ne!(rc, 0);
     assert!(out.contains("Permission denied"), "{out}");
@@ -202,6 +206,35 @@ fn bind_session_refuses_the_users_other_sessions() {
     assert_eq!(rc, 0, "{out}");
     drop(input);
     let _ = shell.wait();
+}
+
+#[test]
+fn bind_session_refuses_everyone_once_the_sessions_leader_has_exited() {
+    // A session ID is a number: after the leader exits, a process of the user can fork until
+    // a child gets that pid and setsid() into "the" session. The binding holds the leader
+    // itself, so once it is gone nobody is served, not even a process left in the session.
+    let t = Setup::new("cfsl-bs2");
+    let (go, res) = (t.u.home.join("go"), t.u.home.join("res"));
+    let (rc, out) = t.sh(&format!("mkfifo {} {}", s(&go), s(&res)));
+    assert_eq!(rc, 0, "{out}");
+    // The leader mounts, leaves a member waiting to read the note, and exits.
+    let (rc, out) = t.sh(&format!(
+        "setsid -w sh -c '{b} mount --passfile {p} --bind session {c} {m} && cat {n}; \
+         (read x < {go}; cat {n} > {res} 2>&1) >/dev/null 2>&1 &'",
+        b = s(&t.bin),
+        p = s(&t.pass),
+        c = s(&t.cipher),
+        m = s(&t.mnt),
+        n = s(&t.note()),
+        go = s(&go),
+        res = s(&res)
+    ));
+    assert_eq!((rc, out.as_str()), (0, "bound\n"), "{out}");
+    assert!(mounted_here(&t.mnt));
+    std::fs::write(&go, "\n").unwrap();
+    let seen = std::fs::read_to_string(&res).unwrap();
+    assert!(seen.contains("Permission denied"), "{seen}");
+    t.unmount();
 }
 
 #[test]

@@ -19,6 +19,8 @@ use fuser::{
     ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLock, ReplyLseek, ReplyOpen, ReplyPoll, ReplyStatfs,
     ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
+use rustix::event::{PollFd, PollFlags as PollEventsOf};
+use rustix::fd::OwnedFd;
 use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::path::Path;
@@ -81,6 +83,31 @@ fn session_of(pid: u32) -> Option<u32> {
         .map(|s| s.as_raw_nonzero().get() as u32)
 }
 
+/// A pidfd of session `sid`'s leader, checked to lead that session after it was opened (so
+/// the pidfd names the leader, not a process that took the number later).
+fn session_leader(sid: u32) -> std::io::Result<OwnedFd> {
+    let gone = |why: String| {
+        std::io::Error::other(format!(
+            "session {sid} has no leader any more ({why}; a session without its leader can be \
+             taken over by any process that gets its number): mount from a session whose \
+             leader runs, or use --bind user"
+        ))
+    };
+    let pid = i32::try_from(sid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .ok_or_else(|| gone("no such process ID".into()))?;
+    let fd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
+        .map_err(|e| gone(format!("process {sid}: {e}")))?;
+    match session_of(sid) {
+        Some(s) if s == sid => Ok(fd),
+        other => Err(gone(format!(
+            "process {sid} is in session {}",
+            other.map_or("-".into(), |s| s.to_string())
+        ))),
+    }
+}
+
 /// Whether `pid` is a kernel thread (PF_KTHREAD in /proc/PID/stat's flags).
 fn is_kernel_thread(pid: u32) -> bool {
     const PF_KTHREAD: u64 = 0x0020_0000;
@@ -109,16 +136,45 @@ enum Sender {
 pub(crate) struct Bound<F> {
     inner: F,
     binding: Option<Binding>,
+    /// A session binding's leader (pid = session ID), as a pidfd: a session ID is only a
+    /// number, which a process of the same user can take once the session is gone (fork until
+    /// a child gets that pid, then setsid). So the binding holds while this very process
+    /// lives, and refuses everyone after it exits.
+    leader: Option<OwnedFd>,
     /// Callers (uid, session) whose refusal was logged already: one line each.
     logged: Mutex<HashSet<(u32, Option<u32>)>>,
 }
 
 impl<F> Bound<F> {
-    pub(crate) fn new(inner: F, binding: Option<Binding>) -> Self {
-        Self {
+    /// Fails for a session binding whose session has no living leader now: such a session
+    /// can be taken over by a process that gets its number.
+    pub(crate) fn new(inner: F, binding: Option<Binding>) -> std::io::Result<Self> {
+        let leader = match binding {
+            Some(Binding::Session { sid, .. }) => Some(session_leader(sid)?),
+            _ => None,
+        };
+        Ok(Self {
             inner,
             binding,
+            leader,
             logged: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// Whether the bound session's leader has exited (never, without a session binding).
+    fn session_ended(&self) -> bool {
+        let Some(fd) = &self.leader else {
+            return false;
+        };
+        let mut fds = [PollFd::new(fd, PollEventsOf::IN)];
+        let zero = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // A pidfd polls readable once its process has exited.
+        match rustix::event::poll(&mut fds, Some(&zero)) {
+            Ok(n) => n > 0,
+            Err(_) => true,
         }
     }
 
@@ -128,7 +184,7 @@ impl<F> Bound<F> {
             return Ok(());
         };
         let (uid, pid) = (req.uid(), req.pid());
-        if b.admits(uid, pid) {
+        if b.admits(uid, pid) && !self.session_ended() {
             return Ok(());
         }
         if sender == Sender::CallerOrWriteback && uid == 0 && (pid == 0 || is_kernel_thread(pid)) {
@@ -141,8 +197,13 @@ impl<F> Bound<F> {
             .unwrap_or_else(|e| e.into_inner())
             .insert((uid, sid));
         if first {
+            let ended = if self.session_ended() {
+                " (and that session has ended: unmount it)"
+            } else {
+                ""
+            };
             tracing::warn!(
-                "refused uid {uid} (pid {pid}, session {}): this mount serves {b} only",
+                "refused uid {uid} (pid {pid}, session {}): this mount serves {b} only{ended}",
                 sid.map_or("-".to_string(), |s| s.to_string())
             );
         }

@@ -288,7 +288,7 @@ pub fn mount(
     .accept_plaintext(opts.accept_plaintext);
     fs.writeback_cache = opts.writeback_cache;
     fs.io_uring = opts.io_uring;
-    let fs = binding::Bound::new(fs, opts.binding);
+    let fs = binding::Bound::new(fs, opts.binding)?;
     let session = new_session(fs, mountpoint, &opts.session_config())?;
     let _ = notifier.set(session.notifier());
     Ok(Mounted {

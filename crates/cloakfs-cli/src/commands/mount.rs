@@ -117,6 +117,11 @@ pub fn run(args: MountArgs) -> Result<()> {
     let mut mo = fuse_options(&cipherdir, &o, args.threads, args.cache_timeout);
     // Before daemonizing: the daemon leads a session of its own.
     mo.binding = args.bind.or(o.bind).map(BindTo::binding).transpose()?;
+    // What the kernel caches it answers to anyone, unchecked: a bound mount caches nothing
+    // unless asked, so a refused caller learns no name, size or time the bound one saw.
+    if mo.binding.is_some() && args.cache_timeout.or(o.cache_timeout).is_none() {
+        mo.cache_timeout = Duration::ZERO;
+    }
     if args.no_io_uring {
         mo.io_uring = false;
     }
