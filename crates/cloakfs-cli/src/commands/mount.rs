@@ -117,9 +117,16 @@ pub fn run(args: MountArgs) -> Result<()> {
     let mut mo = fuse_options(&cipherdir, &o, args.threads, args.cache_timeout);
     // Before daemonizing: the daemon leads a session of its own.
     mo.binding = args.bind.or(o.bind).map(BindTo::binding).transpose()?;
-    // What the kernel caches it answers to anyone, unchecked: a bound mount caches nothing
-    // unless asked, so a refused caller learns no name, size or time the bound one saw.
-    if mo.binding.is_some() && args.cache_timeout.or(o.cache_timeout).is_none() {
+    // What the kernel caches it answers to anyone it lets in, unchecked: a bound mount that
+    // others can reach (another session of the user; other users with allow_other or
+    // allow_root) caches nothing unless asked, so a refused caller learns no name, size or
+    // time the bound one saw. Without allow_*, the kernel keeps other users out itself.
+    let reachable_by_refused = match mo.binding {
+        Some(cloakfs_fuse::Binding::Session { .. }) => true,
+        Some(cloakfs_fuse::Binding::User { .. }) => mo.allow_other || mo.allow_root,
+        None => false,
+    };
+    if reachable_by_refused && args.cache_timeout.or(o.cache_timeout).is_none() {
         mo.cache_timeout = Duration::ZERO;
     }
     if args.no_io_uring {
