@@ -218,43 +218,38 @@ fn a_weak_new_passphrase_from_a_file_or_a_program_is_warned_about_on_one_line() 
         warned[0]
     );
 
-    // passwd with --extpass: the unlocking passphrase is not judged, the new one is.
+    // passwd with the new one from a program (--new-extpass): the unlocking passphrase is
+    // not judged, the new one is. The lines that warn of weakness, after a successful passwd:
     let cipher = f.cipher.to_str().unwrap();
     let newpass = f.state.join("new-pass");
-    std::fs::write(&newpass, "letmein\n").unwrap();
-    let o = f
-        .bin()
-        .args(["passwd", cipher, "--passfile"])
-        .arg(&f.pass)
-        .arg("--new-extpass")
-        .arg(format!("cat {}", newpass.display()))
-        .args(CHEAP_KDF)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    let err = stderr(&o);
-    let warned: Vec<&str> = err.lines().filter(|l| l.contains("weak")).collect();
-    assert_eq!(warned.len(), 1, "{err}");
+    let passwd_warnings = |old: &str, new: &str| -> Vec<String> {
+        std::fs::write(&f.pass, format!("{old}\n")).unwrap();
+        std::fs::write(&newpass, format!("{new}\n")).unwrap();
+        let o = f
+            .bin()
+            .args(["passwd", cipher, "--passfile"])
+            .arg(&f.pass)
+            .arg("--new-extpass")
+            .arg(format!("cat {}", newpass.display()))
+            .args(CHEAP_KDF)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        stderr(&o)
+            .lines()
+            .filter(|l| l.contains("weak"))
+            .map(str::to_string)
+            .collect()
+    };
+    let warned = passwd_warnings("qwerty", "letmein");
+    assert_eq!(warned.len(), 1, "{warned:?}");
     assert!(
         warned[0].contains("from an extpass program"),
         "{}",
         warned[0]
     );
-
-    // A strong one from a program: no warning.
-    std::fs::write(&f.pass, "letmein\n").unwrap();
-    std::fs::write(&newpass, "violet quarry almanac tundra whistle\n").unwrap();
-    let o = f
-        .bin()
-        .args(["passwd", cipher, "--passfile"])
-        .arg(&f.pass)
-        .arg("--new-extpass")
-        .arg(format!("cat {}", newpass.display()))
-        .args(CHEAP_KDF)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert!(!stderr(&o).contains("weak"), "{}", stderr(&o));
+    // A strong one: no warning.
+    assert!(passwd_warnings("letmein", "violet quarry almanac tundra whistle").is_empty());
 }
 
 #[test]
