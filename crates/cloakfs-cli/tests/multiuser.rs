@@ -15,6 +15,18 @@ fn attach_alice(d: &Daemon, alice: &User, sh: &mut Shell, name: &str, extra: &st
     d.attach(alice, sh, "cipher", name, extra)
 }
 
+/// A new volume `HOME/cipher` made by the shell's user with the passfile `HOME/pass`.
+fn new_volume(home: &std::path::Path, sh: &mut Shell) -> PathBuf {
+    let c = home.join("cipher");
+    sh.ok(&format!(
+        "cloakfs init --passfile {h}/pass {kdf} {c}",
+        h = s(home),
+        kdf = CHEAP_KDF.join(" "),
+        c = s(&c)
+    ));
+    c
+}
+
 /// The sessions of attach `name` as JSON, seen by `sh` (which needs the permission).
 fn sessions(sh: &mut Shell, name: &str) -> Vec<serde_json::Value> {
     let out = sh.ok(&format!("cloakfs sessions --json {name}"));
@@ -313,13 +325,7 @@ fn generated_names() {
     let alice = user("cfs-alice");
     let mut a = d.shell(&alice);
     let home = d.home(&alice);
-    let c = home.join("cipher");
-    a.ok(&format!(
-        "cloakfs init --passfile {h}/pass {kdf} {c}",
-        h = s(&home),
-        kdf = CHEAP_KDF.join(" "),
-        c = s(&c)
-    ));
+    let c = new_volume(&home, &mut a);
     let out = a.ok(&format!(
         "cloakfs attach --passfile {}/pass --name entity {}",
         s(&home),
@@ -357,13 +363,7 @@ fn generated_names() {
     let mut b = d.shell(&bob);
     // Nor take a name that only looks different from one that exists: case, 0/O, 1/l/I.
     let bob_home = d.home(&bob);
-    let bc = bob_home.join("cipher");
-    b.ok(&format!(
-        "cloakfs init --passfile {h}/pass {kdf} {c}",
-        h = s(&bob_home),
-        kdf = CHEAP_KDF.join(" "),
-        c = s(&bc)
-    ));
+    let bc = new_volume(&bob_home, &mut b);
     let alikes = [
         format!("U{}", alice.uid),
         format!("u{}", alice.uid).replace('1', "l"),
