@@ -373,6 +373,79 @@ pub fn open_conflict_copy(
     })
 }
 
+/// The tag that tells conflict copy `backing` apart in its shown name when another entry
+/// already has the untagged one: 6 hex digits of SHA-256 of the backing name (the same on
+/// every device, in every listing).
+pub fn conflict_tag(backing: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(backing.as_bytes())[..3]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A conflict copy as every reader shows it: the accepted reading, the original's plaintext
+/// name, and the shown name, tagged ([`conflict_tag`]) where `exists` says an entry of the
+/// directory already has the untagged one (as a backing name).
+pub fn shown_conflict_entry(
+    names: &NameCodec,
+    dir: &DirId,
+    backing: &str,
+    sidecar: impl FnMut(&str) -> Option<String>,
+    mut exists: impl FnMut(&str) -> bool,
+) -> Option<(ConflictCopy, Vec<u8>, Vec<u8>)> {
+    let (copy, plain) = open_conflict_copy(names, dir, backing, sidecar)?;
+    let shown = shown_conflict_name(&plain, &copy, None);
+    let taken = names
+        .encrypt(dir, &shown)
+        .is_ok_and(|s| exists(s.backing()));
+    let shown = if taken {
+        shown_conflict_name(&plain, &copy, Some(&conflict_tag(backing)))
+    } else {
+        shown
+    };
+    Some((copy, plain, shown))
+}
+
+/// The full encrypted name of long entry `long` in backing directory `dir`, for
+/// [`open_conflict_copy`]: from its sidecar, or, where the sync client left only a conflict
+/// copy of the sidecar, from that copy (a sidecar's content is fixed by its entry's name, so
+/// every copy of it holds the same name).
+pub fn long_name_in(dir: &std::path::Path, long: &str) -> Option<String> {
+    let read = |side: &str| {
+        let full = crate::tools::paths::read_sidecar(&dir.join(side)).ok()?;
+        let full = full.trim_end().to_string();
+        (names::long_backing_name(&full) == long).then_some(full)
+    };
+    let side = names::sidecar_name(long);
+    if let Some(full) = read(&side) {
+        return Some(full);
+    }
+    std::fs::read_dir(dir).ok()?.flatten().find_map(|e| {
+        let n = e.file_name().into_string().ok()?;
+        (n != side && n.starts_with(long) && is_conflict_copy_of(&n, &side))
+            .then(|| read(&n))
+            .flatten()
+    })
+}
+
+/// Whether backing name `name` reads as a conflict copy of backing name `original`.
+pub fn is_conflict_copy_of(name: &str, original: &str) -> bool {
+    conflict_readings(name)
+        .iter()
+        .any(|c| c.original == original)
+}
+
+/// Whether backing name `name` is a conflict copy of a long name's sidecar: internal, but a
+/// copy the entry's own conflict copy may need, so never removed as a stray.
+pub fn is_sidecar_conflict_copy(name: &str) -> bool {
+    conflict_readings(name).iter().any(|c| {
+        c.original
+            .strip_suffix(names::LONG_SIDECAR_SUFFIX)
+            .is_some_and(|e| matches!(names::classify(e), EntryKind::Long(_)))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use crate::crypto::secret::SecretBytes;
