@@ -94,6 +94,7 @@ impl Device {
     <device id="{them}"></device>
     <minDiskFree unit="%">0</minDiskFree>
     <versioning></versioning>
+    <maxConflicts>10</maxConflicts>
   </folder>
   {my_device}
   {their_device}
