@@ -366,7 +366,10 @@ pub fn open_conflict_copy(
     conflict_readings(backing).into_iter().find_map(|c| {
         let plain = match names::classify(&c.original) {
             EntryKind::Encrypted(e) => names.decrypt_short(dir, e).ok()?,
-            EntryKind::Long(b) => names.decrypt_long(dir, b, &sidecar(b)?).ok()?,
+            EntryKind::Long(b) if is_long_entry_name(b) => {
+                names.decrypt_long(dir, b, &sidecar(b)?).ok()?
+            }
+            EntryKind::Long(_) => return None,
             EntryKind::Internal => return None,
         };
         Some((c, plain))
@@ -439,11 +442,21 @@ pub fn is_conflict_copy_of(name: &str, original: &str) -> bool {
 /// Whether backing name `name` is a conflict copy of a long name's sidecar: internal, but a
 /// copy the entry's own conflict copy may need, so never removed as a stray.
 pub fn is_sidecar_conflict_copy(name: &str) -> bool {
-    conflict_readings(name).iter().any(|c| {
-        c.original
-            .strip_suffix(names::LONG_SIDECAR_SUFFIX)
-            .is_some_and(|e| matches!(names::classify(e), EntryKind::Long(_)))
-    })
+    let sidecar_of_entry = |n: &str| {
+        n.strip_suffix(names::LONG_SIDECAR_SUFFIX)
+            .is_some_and(is_long_entry_name)
+    };
+    // A sidecar itself (its hash may hold a `-`, which reads as OneDrive's marker) is none.
+    !sidecar_of_entry(name)
+        && conflict_readings(name)
+            .iter()
+            .any(|c| sidecar_of_entry(&c.original))
+}
+
+/// Whether `name` has the form of a long-name entry: the prefix and a 43-character hash.
+fn is_long_entry_name(name: &str) -> bool {
+    name.strip_prefix(names::LONG_PREFIX)
+        .is_some_and(|h| h.len() == 43 && matches!(names::classify(name), EntryKind::Long(_)))
 }
 
 #[cfg(test)]
@@ -509,6 +522,18 @@ mod tests {
             .any(|r| r.original == format!("{backing}.name")));
         assert!(open_conflict_copy(&c, &DIR, &side, |_| Some(full.clone())).is_none());
     }
+
+    #[test]
+    fn a_sidecar_whose_hash_holds_a_dash_is_no_copy_of_one() {
+        let hash = "AB-cd_ef".repeat(5) + "xyz";
+        assert_eq!(hash.len(), 43);
+        let side = format!("cloakfs.long.{hash}.name");
+        assert!(!is_sidecar_conflict_copy(&side));
+        let copy = format!("cloakfs.long.{hash}.{ST}.name");
+        assert!(is_sidecar_conflict_copy(&copy));
+    }
+
+    const ST: &str = "sync-conflict-20261128-101010-4CTITOD";
 
     #[test]
     fn dropbox_copies() {
