@@ -1,6 +1,8 @@
 //! What sync clients keep in the folders they synchronize: a cipher directory that is such a
 //! folder (or lies in one) holds these files beside cloakfs's own, and they say nothing about
-//! the volume.
+//! the volume; and the conflict copies they make of cloakfs's entries, which are the user's.
+
+use crate::format::names::{self, DirId, EntryKind, NameCodec};
 
 /// Names a sync client keeps in the root of a synchronized folder: Syncthing (`.stfolder`,
 /// `.stignore`, `.stversions`), Dropbox (`.dropbox`, `.dropbox.cache`), Resilio (`.sync`),
@@ -21,8 +23,618 @@ pub fn is_client_metadata(name: &[u8]) -> bool {
     EXACT.contains(&name) || (name.starts_with(b".sync_") && name.windows(3).any(|w| w == b".db"))
 }
 
+/// The sync client whose naming a conflict copy has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncClient {
+    /// `stem.sync-conflict-YYYYMMDD-HHMMSS-DEVICE.ext` (DEVICE: the first 7 characters of the
+    /// device ID), as Syncthing's `conflictName` writes it: the marker goes before the last
+    /// `.`, so in `cloakfs.long.<hash>` it lands before the hash.
+    Syncthing,
+    /// `stem (NAME's conflicted copy YYYY-MM-DD).ext`, with ` (N)` inside the parentheses
+    /// for further copies of that day.
+    Dropbox,
+    /// `stem (conflicted copy YYYY-MM-DD HHMMSS).ext` (Nextcloud and ownCloud 2.5+; Nextcloud
+    /// may put the user's name before the date).
+    Nextcloud,
+    /// `stem_conflict-YYYYMMDD-HHMMSS.ext` (ownCloud before 2.5).
+    OwnCloud,
+    /// `stem-HOSTNAME.ext` (OneDrive's "keep both" with the computer's name).
+    OneDrive,
+    /// `stem.Conflict.ext`, also `.Conflict1`, `.Conflict 3` (Resilio Sync's help centre,
+    /// "Conflict files in Sync").
+    Resilio,
+    /// `stem (N).ext`: Google Drive for desktop and every client that numbers duplicates.
+    Numbered,
+}
+
+impl SyncClient {
+    /// The client's name as users know it.
+    pub fn label(self) -> &'static str {
+        match self {
+            SyncClient::Syncthing => "Syncthing",
+            SyncClient::Dropbox => "Dropbox",
+            SyncClient::Nextcloud => "Nextcloud/ownCloud",
+            SyncClient::OwnCloud => "ownCloud",
+            SyncClient::OneDrive => "OneDrive",
+            SyncClient::Resilio => "Resilio",
+            SyncClient::Numbered => "Google Drive or a numbered copy",
+        }
+    }
+}
+
+/// One way to read a backing name as a sync client's conflict copy of another backing name.
+/// Parsing alone is ambiguous (OneDrive's `-HOST`: `-` is in base64url); a reader accepts a
+/// reading only if `original` opens in the directory (see FORMAT.md section 2.1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConflictCopy {
+    /// The backing name the client copied.
+    pub original: String,
+    /// Whose naming it is.
+    pub client: SyncClient,
+    /// `YYYY-MM-DD`, where the name says.
+    pub date: Option<String>,
+    /// `HH:MM:SS`, where the name says.
+    pub time: Option<String>,
+    /// Device, host or user name, or a copy number, where the name says.
+    pub device: Option<String>,
+}
+
+impl ConflictCopy {
+    /// The words after "conflict" in a shown name: date and device (or number), or the
+    /// client where the name carries neither.
+    pub fn label(&self) -> String {
+        let parts: Vec<&str> = [self.date.as_deref(), self.device.as_deref()]
+            .into_iter()
+            .flatten()
+            .collect();
+        if parts.is_empty() {
+            self.client.label().to_string()
+        } else {
+            parts.join(" ")
+        }
+    }
+
+    /// How fsck describes the copy: client, date and time, device.
+    pub fn describe(&self) -> String {
+        let mut s = self.client.label().to_string();
+        match (&self.date, &self.time) {
+            (Some(d), Some(t)) => s.push_str(&format!(", {d} {t}")),
+            (Some(d), None) => s.push_str(&format!(", {d}")),
+            _ => {}
+        }
+        if let Some(dev) = &self.device {
+            let what = match self.client {
+                SyncClient::Dropbox | SyncClient::Nextcloud => "user",
+                SyncClient::OneDrive => "host",
+                SyncClient::Numbered | SyncClient::Resilio => "copy",
+                _ => "device",
+            };
+            s.push_str(&format!(", {what} {dev}"));
+        }
+        s
+    }
+}
+
+/// Every reading of `backing` as a conflict copy, in the order a reader tries them (none for
+/// an ordinary name). Only the shape is checked here; see [`ConflictCopy`].
+pub fn conflict_readings(backing: &str) -> Vec<ConflictCopy> {
+    let mut out = Vec::new();
+    // Each client puts its marker before the extension (the part from the last `.`), or at
+    // the end of a name without one.
+    for (at, _) in backing.char_indices() {
+        let (head, tail) = backing.split_at(at);
+        if head.is_empty() {
+            continue;
+        }
+        for (client, marker_len, date, time, device) in markers(tail) {
+            let ext = &tail[marker_len..];
+            if !(ext.is_empty() || (ext.starts_with('.') && !ext[1..].contains('.'))) {
+                continue;
+            }
+            if client == SyncClient::OneDrive && head.ends_with('-') {
+                continue;
+            }
+            out.push(ConflictCopy {
+                original: format!("{head}{ext}"),
+                client,
+                date,
+                time,
+                device,
+            });
+        }
+    }
+    out
+}
+
+type Marker = (
+    SyncClient,
+    usize,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
+
+/// The client markers `s` starts with, each with its length and what it says.
+fn markers(s: &str) -> Vec<Marker> {
+    let mut out = Vec::new();
+    let b = s.as_bytes();
+    // Syncthing: .sync-conflict-YYYYMMDD-HHMMSS-XXXXXXX
+    if let Some(r) = s.strip_prefix(".sync-conflict-") {
+        let rb = r.as_bytes();
+        if rb.len() >= 23
+            && digits(&rb[..8])
+            && rb[8] == b'-'
+            && digits(&rb[9..15])
+            && rb[15] == b'-'
+            && rb[16..23]
+                .iter()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
+        {
+            out.push((
+                SyncClient::Syncthing,
+                15 + 23,
+                Some(ymd(&r[..8])),
+                Some(hms(&r[9..15])),
+                Some(r[16..23].to_string()),
+            ));
+        }
+    }
+    // ownCloud before 2.5: _conflict-YYYYMMDD-HHMMSS
+    if let Some(r) = s.strip_prefix("_conflict-") {
+        let rb = r.as_bytes();
+        if rb.len() >= 15 && digits(&rb[..8]) && rb[8] == b'-' && digits(&rb[9..15]) {
+            out.push((
+                SyncClient::OwnCloud,
+                10 + 15,
+                Some(ymd(&r[..8])),
+                Some(hms(&r[9..15])),
+                None,
+            ));
+        }
+    }
+    if let Some(r) = s.strip_prefix(" (") {
+        if let Some(close) = paren_end(r) {
+            let inner = &r[..close];
+            let len = 2 + close + 1;
+            if let Some((who, rest)) = inner.split_once("'s conflicted copy ") {
+                // Dropbox: (NAME's conflicted copy YYYY-MM-DD) or (... YYYY-MM-DD (N))
+                let (date, n) = match rest.split_once(" (") {
+                    Some((d, n)) => (d, n.strip_suffix(')')),
+                    None => (rest, Some("")),
+                };
+                if is_date(date) && n.is_some_and(|n| n.is_empty() || digits(n.as_bytes())) {
+                    let n = n.unwrap_or_default();
+                    let device = if n.is_empty() {
+                        who.to_string()
+                    } else {
+                        format!("{who} {n}")
+                    };
+                    out.push((
+                        SyncClient::Dropbox,
+                        len,
+                        Some(date.to_string()),
+                        None,
+                        Some(device),
+                    ));
+                }
+            } else if let Some(rest) = inner.strip_prefix("conflicted copy ") {
+                // Nextcloud: (conflicted copy [USER ]YYYY-MM-DD HHMMSS)
+                let rb = rest.as_bytes();
+                if rb.len() >= 17 {
+                    let (user, dt) = rest.split_at(rest.len() - 17);
+                    let dtb = dt.as_bytes();
+                    let user = user.strip_suffix(' ');
+                    if is_date(&dt[..10])
+                        && dtb[10] == b' '
+                        && digits(&dtb[11..])
+                        && (user.is_some() || rest.len() == 17)
+                    {
+                        out.push((
+                            SyncClient::Nextcloud,
+                            len,
+                            Some(dt[..10].to_string()),
+                            Some(hms(&dt[11..])),
+                            user.map(str::to_string),
+                        ));
+                    }
+                }
+            } else if !inner.is_empty() && digits(inner.as_bytes()) {
+                out.push((
+                    SyncClient::Numbered,
+                    len,
+                    None,
+                    None,
+                    Some(inner.to_string()),
+                ));
+            }
+        }
+    }
+    // Resilio: .Conflict, .Conflict1, .Conflict 3
+    if let Some(r) = s.strip_prefix(".Conflict") {
+        let n = r.strip_prefix(' ').unwrap_or(r);
+        let nd = n.bytes().take_while(u8::is_ascii_digit).count();
+        let spaced = n.len() != r.len();
+        if !(spaced && nd == 0) {
+            let len = 9 + usize::from(spaced) + nd;
+            let device = (nd > 0).then(|| n[..nd].to_string());
+            out.push((SyncClient::Resilio, len, None, None, device));
+        }
+    }
+    // OneDrive: -HOSTNAME (letters, digits, `-`)
+    if b.first() == Some(&b'-') {
+        let host = b[1..]
+            .iter()
+            .take_while(|c| c.is_ascii_alphanumeric() || **c == b'-' || **c == b'_')
+            .count();
+        if host > 0 {
+            out.push((
+                SyncClient::OneDrive,
+                1 + host,
+                None,
+                None,
+                Some(s[1..1 + host].to_string()),
+            ));
+        }
+    }
+    out
+}
+
+fn digits(b: &[u8]) -> bool {
+    !b.is_empty() && b.iter().all(u8::is_ascii_digit)
+}
+
+fn is_date(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 10
+        && digits(&b[..4])
+        && b[4] == b'-'
+        && digits(&b[5..7])
+        && b[7] == b'-'
+        && digits(&b[8..])
+}
+
+fn ymd(s: &str) -> String {
+    format!("{}-{}-{}", &s[..4], &s[4..6], &s[6..8])
+}
+
+fn hms(s: &str) -> String {
+    format!("{}:{}:{}", &s[..2], &s[2..4], &s[4..6])
+}
+
+/// Index of the `)` closing a parenthesis opened just before `s`, nested ones counted.
+fn paren_end(s: &str) -> Option<usize> {
+    let mut depth = 0usize;
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' if depth == 0 => return Some(i),
+            ')' => depth -= 1,
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Whether a plaintext name has the shape of a conflict copy's shown name
+/// ([`shown_conflict_name`]): what a lookup must check before it looks further.
+pub fn has_shown_conflict_shape(name: &[u8]) -> bool {
+    name.windows(SHOWN_MARK.len())
+        .any(|w| w == SHOWN_MARK.as_bytes())
+}
+
+const SHOWN_MARK: &str = " (conflict ";
+
+/// The readable name of a conflict copy whose original's plaintext name is `plain`:
+/// `stem (conflict LABEL)ext`, the extension being the plain name's last `.` part (not a
+/// leading one). `tag` (a few characters that tell this backing entry apart) goes into the
+/// label when another entry already has the plain result. At most 255 bytes: a long stem is
+/// shortened.
+pub fn shown_conflict_name(plain: &[u8], copy: &ConflictCopy, tag: Option<&str>) -> Vec<u8> {
+    let split = plain
+        .iter()
+        .rposition(|&c| c == b'.')
+        .filter(|&i| i > 0 && plain.len() - i <= 16)
+        .unwrap_or(plain.len());
+    let (stem, ext) = plain.split_at(split);
+    let mut label = format!("{SHOWN_MARK}{}", copy.label().replace('/', "_"));
+    if let Some(t) = tag {
+        label.push_str(&format!(" #{t}"));
+    }
+    label.push(')');
+    let room = 255usize.saturating_sub(label.len() + ext.len());
+    let mut stem = &stem[..stem.len().min(room)];
+    // Cut on a character boundary where the stem is text.
+    while !stem.is_empty() && std::str::from_utf8(stem).is_err() && stem.len() + 3 > room {
+        stem = &stem[..stem.len() - 1];
+    }
+    let mut out = stem.to_vec();
+    out.extend_from_slice(label.as_bytes());
+    out.extend_from_slice(ext);
+    out
+}
+
+/// The reading of backing entry `backing` (in the directory whose ID is `dir`) as a conflict
+/// copy whose original name opens, with that original's plaintext name; None for every
+/// other entry. `sidecar` gives the full encrypted name of a long original (from its
+/// sidecar, or from the sidecar's own conflict copy when the original's is gone).
+pub fn open_conflict_copy(
+    names: &NameCodec,
+    dir: &DirId,
+    backing: &str,
+    mut sidecar: impl FnMut(&str) -> Option<String>,
+) -> Option<(ConflictCopy, Vec<u8>)> {
+    conflict_readings(backing).into_iter().find_map(|c| {
+        let plain = match names::classify(&c.original) {
+            EntryKind::Encrypted(e) => names.decrypt_short(dir, e).ok()?,
+            EntryKind::Long(b) if is_long_entry_name(b) => {
+                names.decrypt_long(dir, b, &sidecar(b)?).ok()?
+            }
+            EntryKind::Long(_) => return None,
+            EntryKind::Internal => return None,
+        };
+        Some((c, plain))
+    })
+}
+
+/// The tag that tells conflict copy `backing` apart in its shown name when another entry
+/// already has the untagged one: 6 hex digits of SHA-256 of the backing name (the same on
+/// every device, in every listing).
+pub fn conflict_tag(backing: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(backing.as_bytes())[..3]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A conflict copy as every reader shows it: the accepted reading, the original's plaintext
+/// name, and the shown name, tagged ([`conflict_tag`]) where `exists` says an entry of the
+/// directory already has the untagged one (as a backing name).
+pub fn shown_conflict_entry(
+    names: &NameCodec,
+    dir: &DirId,
+    backing: &str,
+    sidecar: impl FnMut(&str) -> Option<String>,
+    mut exists: impl FnMut(&str) -> bool,
+) -> Option<(ConflictCopy, Vec<u8>, Vec<u8>)> {
+    let (copy, plain) = open_conflict_copy(names, dir, backing, sidecar)?;
+    let shown = shown_conflict_name(&plain, &copy, None);
+    let taken = names
+        .encrypt(dir, &shown)
+        .is_ok_and(|s| exists(s.backing()));
+    let shown = if taken {
+        shown_conflict_name(&plain, &copy, Some(&conflict_tag(backing)))
+    } else {
+        shown
+    };
+    Some((copy, plain, shown))
+}
+
+/// The full encrypted name of long entry `long` in backing directory `dir`, for
+/// [`open_conflict_copy`]: from its sidecar, or, where the sync client left only a conflict
+/// copy of the sidecar, from that copy (a sidecar's content is fixed by its entry's name, so
+/// every copy of it holds the same name).
+pub fn long_name_in(dir: &std::path::Path, long: &str) -> Option<String> {
+    let read = |side: &str| {
+        let full = crate::tools::paths::read_sidecar(&dir.join(side)).ok()?;
+        let full = full.trim_end().to_string();
+        (names::long_backing_name(&full) == long).then_some(full)
+    };
+    let side = names::sidecar_name(long);
+    if let Some(full) = read(&side) {
+        return Some(full);
+    }
+    std::fs::read_dir(dir).ok()?.flatten().find_map(|e| {
+        let n = e.file_name().into_string().ok()?;
+        (n != side && n.starts_with(long) && is_conflict_copy_of(&n, &side))
+            .then(|| read(&n))
+            .flatten()
+    })
+}
+
+/// Whether backing name `name` reads as a conflict copy of backing name `original`.
+pub fn is_conflict_copy_of(name: &str, original: &str) -> bool {
+    conflict_readings(name)
+        .iter()
+        .any(|c| c.original == original)
+}
+
+/// Whether backing name `name` is a conflict copy of a long name's sidecar: internal, but a
+/// copy the entry's own conflict copy may need, so never removed as a stray.
+pub fn is_sidecar_conflict_copy(name: &str) -> bool {
+    let sidecar_of_entry = |n: &str| {
+        n.strip_suffix(names::LONG_SIDECAR_SUFFIX)
+            .is_some_and(is_long_entry_name)
+    };
+    // A sidecar itself (its hash may hold a `-`, which reads as OneDrive's marker) is none.
+    !sidecar_of_entry(name)
+        && conflict_readings(name)
+            .iter()
+            .any(|c| sidecar_of_entry(&c.original))
+}
+
+/// Whether `name` has the form of a long-name entry: the prefix and a 43-character hash.
+fn is_long_entry_name(name: &str) -> bool {
+    name.strip_prefix(names::LONG_PREFIX)
+        .is_some_and(|h| h.len() == 43 && matches!(names::classify(name), EntryKind::Long(_)))
+}
+
 #[cfg(test)]
 mod tests {
+    use crate::crypto::secret::SecretBytes;
+    use crate::format::names::StoredName;
+
+    fn codec() -> NameCodec {
+        NameCodec::new(SecretBytes::from_slice(&[3u8; 64]), 255)
+    }
+
+    const DIR: DirId = DirId([7; 16]);
+
+    fn short(c: &NameCodec, plain: &str) -> String {
+        match c.encrypt(&DIR, plain.as_bytes()).unwrap() {
+            StoredName::Short(s) => s,
+            StoredName::Long { .. } => panic!("long"),
+        }
+    }
+
+    /// Opens `copy` in DIR with no long names around.
+    fn open(c: &NameCodec, copy: &str) -> Option<(ConflictCopy, String)> {
+        open_conflict_copy(c, &DIR, copy, |_| None)
+            .map(|(cc, p)| (cc, String::from_utf8(p).unwrap()))
+    }
+
+    fn shown(c: &NameCodec, copy: &str) -> String {
+        let (cc, plain) = open(c, copy).expect(copy);
+        String::from_utf8(shown_conflict_name(plain.as_bytes(), &cc, None)).unwrap()
+    }
+
+    #[test]
+    fn syncthing_copies_of_short_and_long_names_and_sidecars() {
+        let c = codec();
+        let e = short(&c, "report.txt");
+        let copy = format!("{e}.sync-conflict-20261128-101010-4CTITOD");
+        let (cc, plain) = open(&c, &copy).unwrap();
+        assert_eq!(plain, "report.txt");
+        assert_eq!(cc.client, SyncClient::Syncthing);
+        assert_eq!(cc.original, e);
+        assert_eq!(
+            cc.describe(),
+            "Syncthing, 2026-11-28 10:10:10, device 4CTITOD"
+        );
+        assert_eq!(shown(&c, &copy), "report (conflict 2026-11-28 4CTITOD).txt");
+        // A long name: the marker lands before the hash.
+        let long = "l".repeat(240) + ".txt";
+        let StoredName::Long { backing, full } = c.encrypt(&DIR, long.as_bytes()).unwrap() else {
+            panic!()
+        };
+        let hash = backing.strip_prefix("cloakfs.long.").unwrap();
+        let copy = format!("cloakfs.long.sync-conflict-20261128-101010-4CTITOD.{hash}");
+        let got = open_conflict_copy(&c, &DIR, &copy, |b| (b == backing).then(|| full.clone()));
+        let (cc, plain) = got.unwrap();
+        assert_eq!(plain, long.as_bytes());
+        let s = shown_conflict_name(&plain, &cc, None);
+        assert!(s.len() <= 255 && s.ends_with(b" (conflict 2026-11-28 4CTITOD).txt"));
+        // Its sidecar's copy names the sidecar (internal, never opened as an entry).
+        let side = format!("{backing}.sync-conflict-20261128-101010-4CTITOD.name");
+        let readings = conflict_readings(&side);
+        assert!(readings
+            .iter()
+            .any(|r| r.original == format!("{backing}.name")));
+        assert!(open_conflict_copy(&c, &DIR, &side, |_| Some(full.clone())).is_none());
+    }
+
+    #[test]
+    fn a_sidecar_whose_hash_holds_a_dash_is_no_copy_of_one() {
+        let hash = "AB-cd_ef".repeat(5) + "xyz";
+        assert_eq!(hash.len(), 43);
+        let side = format!("cloakfs.long.{hash}.name");
+        assert!(!is_sidecar_conflict_copy(&side));
+        let copy = format!("cloakfs.long.{hash}.{ST}.name");
+        assert!(is_sidecar_conflict_copy(&copy));
+    }
+
+    const ST: &str = "sync-conflict-20261128-101010-4CTITOD";
+
+    #[test]
+    fn dropbox_copies() {
+        let c = codec();
+        let e = short(&c, "notes.md");
+        let copy = format!("{e} (Ann's conflicted copy 2026-11-28)");
+        assert_eq!(shown(&c, &copy), "notes (conflict 2026-11-28 Ann).md");
+        let copy = format!("{e} (Ann's conflicted copy 2026-11-28 (1))");
+        assert_eq!(shown(&c, &copy), "notes (conflict 2026-11-28 Ann 1).md");
+        assert_eq!(open(&c, &copy).unwrap().0.client, SyncClient::Dropbox);
+    }
+
+    #[test]
+    fn nextcloud_and_owncloud_copies() {
+        let c = codec();
+        let e = short(&c, "plan");
+        let copy = format!("{e} (conflicted copy 2026-11-28 101010)");
+        let (cc, _) = open(&c, &copy).unwrap();
+        assert_eq!(cc.client, SyncClient::Nextcloud);
+        assert_eq!(cc.time.as_deref(), Some("10:10:10"));
+        assert_eq!(shown(&c, &copy), "plan (conflict 2026-11-28)");
+        let copy = format!("{e} (conflicted copy bob 2026-11-28 101010)");
+        assert_eq!(shown(&c, &copy), "plan (conflict 2026-11-28 bob)");
+        let copy = format!("{e}_conflict-20261128-101010");
+        let (cc, _) = open(&c, &copy).unwrap();
+        assert_eq!(cc.client, SyncClient::OwnCloud);
+        assert_eq!(shown(&c, &copy), "plan (conflict 2026-11-28)");
+    }
+
+    #[test]
+    fn onedrive_copies_are_told_apart_by_what_opens() {
+        let c = codec();
+        // Find a name whose encrypted form holds a `-`: a OneDrive parse splits there too,
+        // and only the reading whose base opens is taken.
+        let (plain, e) = (0..)
+            .map(|i| format!("doc{i}.pdf"))
+            .map(|p| {
+                let e = short(&c, &p);
+                (p, e)
+            })
+            .find(|(_, e)| e[1..].contains('-'))
+            .unwrap();
+        let copy = format!("{e}-LAPTOP-7");
+        let (cc, got) = open(&c, &copy).unwrap();
+        assert_eq!(
+            (cc.client, got.as_str()),
+            (SyncClient::OneDrive, plain.as_str())
+        );
+        assert_eq!(cc.device.as_deref(), Some("LAPTOP-7"));
+        assert!(conflict_readings(&copy).len() >= 2, "ambiguous by shape");
+    }
+
+    #[test]
+    fn resilio_and_numbered_copies() {
+        let c = codec();
+        let e = short(&c, "photo.jpg");
+        for (copy, want) in [
+            (format!("{e}.Conflict"), "photo (conflict Resilio).jpg"),
+            (format!("{e}.Conflict2"), "photo (conflict 2).jpg"),
+            (format!("{e}.Conflict 3"), "photo (conflict 3).jpg"),
+            (format!("{e} (1)"), "photo (conflict 1).jpg"),
+        ] {
+            assert_eq!(shown(&c, &copy), want, "{copy}");
+        }
+    }
+
+    #[test]
+    fn ordinary_and_foreign_names_are_no_conflict_copies() {
+        let c = codec();
+        let e = short(&c, "a");
+        for n in [
+            e.clone(),
+            "cloakfs.dirid".into(),
+            "cloakfs.conf".into(),
+            format!("{e}.sync-conflict-2026112-101010-4CTITOD"),
+            format!("{e}.sync-conflict-20261128-101010-4CTITOD.x.y"),
+            format!("{e}x (1)"),
+            "report (1).txt".into(),
+        ] {
+            assert!(open(&c, &n).is_none(), "{n}");
+        }
+        // Syncthing's copy of a directory's ID file: a conflict, but no entry.
+        assert!(open(&c, "cloakfs.sync-conflict-20261128-101010-4CTITOD.dirid").is_none());
+    }
+
+    #[test]
+    fn shown_names_stay_within_name_max_and_carry_a_tag_when_asked() {
+        let cc = conflict_readings("x.sync-conflict-20261128-101010-4CTITOD").remove(0);
+        let long = vec![b'a'; 255];
+        assert_eq!(shown_conflict_name(&long, &cc, None).len(), 255);
+        let tagged = shown_conflict_name(b"r.txt", &cc, Some("ab12cd"));
+        assert_eq!(tagged, b"r (conflict 2026-11-28 4CTITOD #ab12cd).txt");
+        assert!(has_shown_conflict_shape(&tagged));
+        assert!(!has_shown_conflict_shape(b"r (conflicted).txt"));
+        // A leading dot is no extension.
+        assert_eq!(
+            shown_conflict_name(b".bashrc", &cc, None),
+            b".bashrc (conflict 2026-11-28 4CTITOD)"
+        );
+    }
+
     use super::*;
 
     #[test]

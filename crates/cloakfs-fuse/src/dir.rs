@@ -231,7 +231,18 @@ impl CloakFs {
                 .volume
                 .names()
                 .classify_entry(id.as_ref(), raw, adopted, |b| Self::read_sidecar(dfd, b));
+            // A sync client's conflict copy: listed under a name that says so.
+            let conflict = match (&class, &id) {
+                (Classified::Internal | Classified::Undecryptable(_), Some(id)) => {
+                    self.conflict_shown_name(dir, id, dfd, raw)
+                }
+                _ => None,
+            };
             let (plain, is_plain) = match class {
+                _ if conflict.is_some() => {
+                    decrypted += 1;
+                    (conflict.unwrap_or_default(), false)
+                }
                 Classified::Internal => continue,
                 Classified::Encrypted(p) => {
                     decrypted += 1;

@@ -24,6 +24,7 @@
 
 mod attr;
 mod binding;
+mod conflicts;
 mod creds;
 mod dir;
 mod dirids;

@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::tools::blocks::{BlockReader, CHUNK_BLOCKS};
 use crate::tools::paths::create_dir_id;
 use crate::tools::walk::{
-    display_plain, BadKind, EntryType, Internal, InternalKind, Item, Progress, Walker,
+    display_plain, BadKind, Entry, EntryType, Internal, InternalKind, Item, Progress, Walker,
     CONFIG_TEMP_PREFIX,
 };
 use crate::volume::Volume;
@@ -65,6 +65,9 @@ pub enum ProblemKind {
     StrayReserved,
     /// A file cloakfs never makes (a name with a `.`): hidden from the plaintext view.
     Foreign,
+    /// A sync client's conflict copy of an entry, listed under a readable name: the user's
+    /// to resolve (rename over the original or remove); never repaired.
+    ConflictCopy,
     /// An entry that cannot be read at all (permissions, I/O error).
     Io,
 }
@@ -269,6 +272,7 @@ pub fn check(
         match item {
             Item::Entry(e) => {
                 c.progress.advance(0, u64::from(!e.is_root()));
+                c.conflict_copy(&e);
                 match e.kind {
                     EntryType::Dir => {
                         c.report.counts.directories += 1;
@@ -739,18 +743,55 @@ impl Checker<'_> {
                 .long_targets_used
                 .contains(name.to_str().unwrap_or_default())
             {
+                // It may be the last remnant of a symlink a sync client replaced with
+                // another device's version: repair gives it a symlink again, never deletes it.
+                let n = name.to_string_lossy().into_owned();
+                let restored = format!("lost symlink {}", &n[..8.min(n.len())]);
                 let p = self.push(
                     ProblemKind::OrphanLongTarget,
                     &backing,
                     None,
                     None,
-                    "long symlink target that no symlink points to (left by an interrupted \
-                     create, unlink or rekey)"
-                        .into(),
+                    format!(
+                        "long symlink target that no symlink points to (left by an interrupted \
+                         create, unlink or rekey, or by a sync client that replaced its \
+                         symlink); repair restores it as symlink /{restored}"
+                    ),
                     true,
                 );
-                self.repair(p, || std::fs::remove_file(&backing));
+                let volume = self.volume;
+                self.repair(p, || {
+                    let root_id = volume.root_dir_id();
+                    let stored = volume
+                        .names()
+                        .encrypt(&root_id, restored.as_bytes())
+                        .map_err(std::io::Error::other)?;
+                    std::os::unix::fs::symlink(
+                        format!("{}{n}", crate::format::meta::LONG_TARGET_PREFIX),
+                        cipherdir.join(stored.backing()),
+                    )
+                });
             }
+        }
+    }
+
+    /// Reports entry `e` if it is a conflict copy, by the plaintext path of its original (it
+    /// is then checked as the entry it is: its data is the user's).
+    fn conflict_copy(&mut self, e: &Entry) {
+        if let Some((copy, original)) = e.conflict.as_deref() {
+            self.push(
+                ProblemKind::ConflictCopy,
+                &e.backing,
+                Some(&e.plain),
+                None,
+                format!(
+                    "conflict copy of {} ({}); resolve by renaming it over that name or \
+                     removing it",
+                    display_plain(original),
+                    copy.describe()
+                ),
+                false,
+            );
         }
     }
 
@@ -766,6 +807,7 @@ impl Checker<'_> {
             InternalKind::Config
             | InternalKind::DirId
             | InternalKind::Sidecar
+            | InternalKind::SidecarConflictCopy
             | InternalKind::LongTargets
             | InternalKind::RetiredIds => {}
             InternalKind::Plaintext => {

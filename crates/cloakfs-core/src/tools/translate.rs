@@ -191,7 +191,16 @@ pub fn decrypt_path(volume: &Volume, cipherdir: &Path, backing: &Path) -> Result
         let s = name.to_str().ok_or_else(|| {
             Error::Tampered(format!("{}: not an encrypted name", name.to_string_lossy()))
         })?;
+        // A sync client's conflict copy: its shown name, as the mount lists it.
+        let conflict = crate::sync_folder::shown_conflict_entry(
+            volume.names(),
+            &dir_id,
+            s,
+            |long| crate::sync_folder::long_name_in(&dir, long),
+            |b| dir.join(b).symlink_metadata().is_ok(),
+        );
         let plain_name = match names::classify(s) {
+            _ if conflict.is_some() => conflict.map(|(_, _, shown)| shown).unwrap_or_default(),
             names::EntryKind::Encrypted(e) => volume.names().decrypt_short(&dir_id, e)?,
             names::EntryKind::Long(b) => {
                 let full = read_sidecar(&dir.join(names::sidecar_name(b))).map_err(|e| {

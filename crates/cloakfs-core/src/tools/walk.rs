@@ -103,6 +103,9 @@ pub struct Entry {
     pub meta: Metadata,
     /// Whether the name is stored as a long-name entry with a sidecar.
     pub long_name: bool,
+    /// For a sync client's conflict copy (listed under its shown name): what it is, and the
+    /// plaintext path of the entry it is a copy of.
+    pub conflict: Option<Box<(crate::sync_folder::ConflictCopy, PathBuf)>>,
 }
 
 impl Entry {
@@ -140,7 +143,10 @@ pub enum InternalKind {
     /// A reserved (`cloakfs.`) name that does not belong where it is, or that this version
     /// does not know.
     StrayReserved,
-    /// A name with a `.` that cloakfs never makes (sync-tool temporaries, conflict copies, ...).
+    /// A sync client's conflict copy of a long name's sidecar: kept (the entry's own
+    /// conflict copy may need it).
+    SidecarConflictCopy,
+    /// A name with a `.` that cloakfs never makes (sync-tool temporaries, ...).
     Foreign,
     /// A plaintext entry of an adopted tree (not yet encrypted).
     Plaintext,
@@ -263,6 +269,7 @@ impl<'v> Walker<'v> {
                     kind: EntryType::Dir,
                     meta,
                     long_name: false,
+                    conflict: None,
                 }));
                 self.stack.push((self.root.clone(), PathBuf::new()));
             }
@@ -366,6 +373,16 @@ impl<'v> Walker<'v> {
                 }));
                 continue;
             }
+            if let Some(e) = dir_id
+                .as_ref()
+                .and_then(|id| self.conflict_entry(id, &dir, &plain, name))
+            {
+                if e.kind == EntryType::Dir {
+                    subdirs.push((e.backing.clone(), e.plain.clone()));
+                }
+                self.queue.push_back(Item::Entry(e));
+                continue;
+            }
             if let Some(kind) = internal_kind(name, is_root, &longs) {
                 self.queue.push_back(Item::Internal(Internal {
                     backing,
@@ -405,6 +422,7 @@ impl<'v> Walker<'v> {
                         kind,
                         meta,
                         long_name,
+                        conflict: None,
                     }));
                 }
                 Err(e) => self.queue.push_back(Item::Bad(Bad {
@@ -419,6 +437,31 @@ impl<'v> Walker<'v> {
         }
         subdirs.reverse();
         self.stack.extend(subdirs);
+    }
+}
+
+impl Walker<'_> {
+    /// Backing entry `name` of `dir` (plaintext `plain`) as a sync client's conflict copy,
+    /// under its shown name (the one the mount lists).
+    fn conflict_entry(&self, id: &DirId, dir: &Path, plain: &Path, name: &OsStr) -> Option<Entry> {
+        let backing_name = name.to_str()?;
+        let (copy, original, shown) = crate::sync_folder::shown_conflict_entry(
+            self.volume.names(),
+            id,
+            backing_name,
+            |long| crate::sync_folder::long_name_in(dir, long),
+            |b| dir.join(b).symlink_metadata().is_ok(),
+        )?;
+        let backing = dir.join(name);
+        let meta = std::fs::symlink_metadata(&backing).ok()?;
+        Some(Entry {
+            plain: plain.join(OsStr::from_bytes(&shown)),
+            kind: EntryType::of(&meta),
+            backing,
+            meta,
+            long_name: false,
+            conflict: Some(Box::new((copy, plain.join(OsStr::from_bytes(&original))))),
+        })
     }
 }
 
@@ -507,6 +550,8 @@ pub fn internal_kind(
         } else {
             InternalKind::StrayReserved
         }
+    } else if crate::sync_folder::is_sidecar_conflict_copy(s) {
+        InternalKind::SidecarConflictCopy
     } else if let Some(entry) = sidecar_entry(s) {
         if longs.contains(OsStr::new(entry)) {
             InternalKind::Sidecar

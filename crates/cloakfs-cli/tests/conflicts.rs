@@ -1,0 +1,387 @@
+//! Sync clients' conflict copies in a volume's cipher directory (issue 41): listed through
+//! the mount under a readable name that says what they are, readable, writable, renamable
+//! and removable there; `name -d`, `export` and `fsck` name them the same way, and
+//! `fsck --repair` keeps them.
+//!
+//! Only Syncthing runs here; the other clients' copies are made by renaming backing entries
+//! exactly as each client names its copies (see `cloakfs_core::sync_folder::SyncClient`).
+
+mod common;
+
+use cloakfs_core::crypto::secret::Passphrase;
+use cloakfs_core::tools::writer::Writer;
+use cloakfs_core::Volume;
+use common::*;
+use std::path::{Path, PathBuf};
+
+/// A plaintext name, its conflict copy's shown name, and the client's renaming.
+type Client = (&'static str, &'static str, fn(&str) -> String);
+
+const PASS: &[u8] = b"correct horse battery";
+const ST: &str = "sync-conflict-20261128-101010-4CTITOD";
+
+fn long_stem() -> String {
+    "a-long-report-name-".repeat(10)
+}
+
+fn volume(f: &Fixture) -> Volume {
+    Volume::unlock(&f.cipher, &Passphrase::new(PASS.to_vec())).unwrap()
+}
+
+/// Writes `plain` with `copy_data`, renames its backing entry (and, with `sidecar`, its
+/// long name's sidecar) as `rename` says a client names its conflict copy, then writes
+/// `plain` again with `data`: the state a client leaves after keeping one edit of two.
+fn make_conflict(
+    f: &Fixture,
+    plain: &str,
+    copy_data: &[u8],
+    data: Option<&[u8]>,
+    rename: impl Fn(&str) -> String,
+    sidecar: bool,
+) -> PathBuf {
+    let v = volume(f);
+    let w = Writer::new(&v, &f.cipher);
+    w.write_file(Path::new(plain), copy_data).unwrap();
+    let b = w.backing(Path::new(plain)).unwrap();
+    let name = b.file_name().unwrap().to_str().unwrap().to_string();
+    let copy = b.with_file_name(rename(&name));
+    std::fs::rename(&b, &copy).unwrap();
+    if sidecar {
+        let side = format!("{name}.name");
+        std::fs::rename(b.with_file_name(&side), b.with_file_name(rename(&side))).unwrap();
+    }
+    if let Some(d) = data {
+        w.write_file(Path::new(plain), d).unwrap();
+    }
+    copy
+}
+
+/// Syncthing's naming: the marker before the last `.` part.
+fn syncthing(name: &str) -> String {
+    match name.rfind('.') {
+        Some(i) => format!("{}.{ST}{}", &name[..i], &name[i..]),
+        None => format!("{name}.{ST}"),
+    }
+}
+
+fn ls(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
+fn run(f: &Fixture, args: &[&str]) -> std::process::Output {
+    let (cmd, rest) = args.split_first().unwrap();
+    f.run(&[&[*cmd, "--passfile", s(&f.pass)], rest].concat())
+}
+
+#[test]
+fn conflict_copies_of_every_client_are_listed_read_renamed_and_removed_through_the_mount() {
+    let f = Fixture::new();
+    let v = volume(&f);
+    let w = Writer::new(&v, &f.cipher);
+    w.mkdir(Path::new("docs")).unwrap();
+    drop(w);
+    // Syncthing: a short name, and a long name without and with a copy of its sidecar (the
+    // latter with no original left at all).
+    make_conflict(
+        &f,
+        "report.txt",
+        b"edit on A",
+        Some(b"edit on B"),
+        syncthing,
+        false,
+    );
+    let long1 = format!("{}.txt", long_stem());
+    make_conflict(&f, &long1, b"long A", Some(b"long B"), syncthing, false);
+    let long2 = format!("{}2.md", long_stem());
+    make_conflict(&f, &long2, b"only copy", None, syncthing, true);
+    // The other clients, one file each in docs/.
+    let clients: [Client; 6] = [
+        (
+            "dropbox.txt",
+            "dropbox (conflict 2026-11-28 Ann).txt",
+            |n| format!("{n} (Ann's conflicted copy 2026-11-28)"),
+        ),
+        (
+            "nextcloud.txt",
+            "nextcloud (conflict 2026-11-28).txt",
+            |n| format!("{n} (conflicted copy 2026-11-28 101010)"),
+        ),
+        ("owncloud.txt", "owncloud (conflict 2026-11-28).txt", |n| {
+            format!("{n}_conflict-20261128-101010")
+        }),
+        ("onedrive.txt", "onedrive (conflict LAPTOP-7).txt", |n| {
+            format!("{n}-LAPTOP-7")
+        }),
+        ("resilio.txt", "resilio (conflict Resilio).txt", |n| {
+            format!("{n}.Conflict")
+        }),
+        ("gdrive.txt", "gdrive (conflict 1).txt", |n| {
+            format!("{n} (1)")
+        }),
+    ];
+    for (plain, _, rename) in &clients {
+        let p = format!("docs/{plain}");
+        make_conflict(&f, &p, b"their edit", Some(b"mine"), rename, false);
+    }
+    // A real entry that already has a copy's shown name: the copy's name gets a tag.
+    let v = volume(&f);
+    let w = Writer::new(&v, &f.cipher);
+    w.write_file(Path::new("docs/gdrive (conflict 1).txt"), b"a real file")
+        .unwrap();
+    // A symlink, copied the Dropbox way.
+    w.symlink(Path::new("link"), b"report.txt").unwrap();
+    let lb = w.backing(Path::new("link")).unwrap();
+    let lname = lb.file_name().unwrap().to_str().unwrap().to_string();
+    std::fs::rename(
+        &lb,
+        lb.with_file_name(format!("{lname} (Ann's conflicted copy 2026-11-28)")),
+    )
+    .unwrap();
+    w.symlink(Path::new("link"), b"docs").unwrap();
+    drop(w);
+
+    let m = f.mounted(&[]);
+    let root = ls(&f.mnt);
+    let c1 = "report (conflict 2026-11-28 4CTITOD).txt".to_string();
+    let cl1 = format!("{} (conflict 2026-11-28 4CTITOD).txt", long_stem());
+    let cl2 = format!("{}2 (conflict 2026-11-28 4CTITOD).md", long_stem());
+    let cln = "link (conflict 2026-11-28 Ann)".to_string();
+    let mut want = vec![
+        c1.clone(),
+        cl1.clone(),
+        cl2.clone(),
+        long1.clone(),
+        "docs".into(),
+        "link".into(),
+        cln.clone(),
+        "report.txt".into(),
+    ];
+    want.sort();
+    assert_eq!(root, want);
+    // Edits made = versions readable.
+    let read = |p: &str| std::fs::read(f.mnt.join(p)).unwrap();
+    assert_eq!(read("report.txt"), b"edit on B");
+    assert_eq!(read(&c1), b"edit on A");
+    assert_eq!(read(&long1), b"long B");
+    assert_eq!(read(&cl1), b"long A");
+    assert_eq!(read(&cl2), b"only copy");
+    assert_eq!(
+        std::fs::read_link(f.mnt.join(&cln)).unwrap(),
+        Path::new("report.txt")
+    );
+    let docs = ls(&f.mnt.join("docs"));
+    for (plain, shown, _) in &clients {
+        assert!(docs.contains(&plain.to_string()), "{docs:?}");
+        if *plain == "gdrive.txt" {
+            continue;
+        }
+        assert!(docs.contains(&shown.to_string()), "{shown} in {docs:?}");
+        assert_eq!(read(&format!("docs/{shown}")), b"their edit");
+    }
+    // `ls` never shows one name twice: the real file keeps its name, the copy is tagged.
+    assert_eq!(read("docs/gdrive (conflict 1).txt"), b"a real file");
+    let tagged: Vec<&String> = docs
+        .iter()
+        .filter(|n| n.starts_with("gdrive (conflict 1 #"))
+        .collect();
+    assert_eq!(tagged.len(), 1, "{docs:?}");
+    assert_eq!(read(&format!("docs/{}", tagged[0])), b"their edit");
+    let mut dedup = docs.clone();
+    dedup.dedup();
+    assert_eq!(dedup, docs);
+    // Writable where it is.
+    std::fs::write(
+        f.mnt.join("docs/dropbox (conflict 2026-11-28 Ann).txt"),
+        b"merged",
+    )
+    .unwrap();
+    assert_eq!(
+        read("docs/dropbox (conflict 2026-11-28 Ann).txt"),
+        b"merged"
+    );
+    // Resolving: the copy renamed over the original replaces it; another removed.
+    std::fs::rename(f.mnt.join(&c1), f.mnt.join("report.txt")).unwrap();
+    assert_eq!(read("report.txt"), b"edit on A");
+    std::fs::rename(f.mnt.join(&cl1), f.mnt.join(&long1)).unwrap();
+    assert_eq!(read(&long1), b"long A");
+    std::fs::remove_file(f.mnt.join("docs/nextcloud (conflict 2026-11-28).txt")).unwrap();
+    let root = ls(&f.mnt);
+    assert!(!root.contains(&c1) && !root.contains(&cl1), "{root:?}");
+    assert!(!ls(&f.mnt.join("docs")).contains(&"nextcloud (conflict 2026-11-28).txt".into()));
+    m.unmount();
+}
+
+#[test]
+fn name_fsck_and_export_name_conflict_copies_as_the_mount_does_and_repair_keeps_them() {
+    let f = Fixture::new();
+    let copy = make_conflict(
+        &f,
+        "report.txt",
+        b"edit on A",
+        Some(b"edit on B"),
+        syncthing,
+        false,
+    );
+    let long = format!("{}.txt", long_stem());
+    let lcopy = make_conflict(&f, &long, b"only copy", None, syncthing, true);
+    let v = volume(&f);
+    let w = Writer::new(&v, &f.cipher);
+    // A symlink with a long target whose copy is all that is left of its version.
+    let target = "t/".repeat(1600);
+    w.symlink(Path::new("ln"), target.as_bytes()).unwrap();
+    let lb = w.backing(Path::new("ln")).unwrap();
+    let lname = lb.file_name().unwrap().to_str().unwrap().to_string();
+    std::fs::rename(&lb, lb.with_file_name(syncthing(&lname))).unwrap();
+    drop(w);
+
+    let out = run(&f, &["name", "-d", s(&f.cipher), s(&copy)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        "/report (conflict 2026-11-28 4CTITOD).txt\n"
+    );
+    let out = run(&f, &["name", "-d", s(&f.cipher), s(&lcopy)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        format!("/{} (conflict 2026-11-28 4CTITOD).txt\n", long_stem())
+    );
+
+    for repair in [false, true] {
+        let mut args = vec!["fsck"];
+        if repair {
+            args.push("--repair");
+        }
+        args.push(s(&f.cipher));
+        let out = run(&f, &args);
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+        assert!(
+            text.contains(
+                "conflict copy of /report.txt (Syncthing, 2026-11-28 10:10:10, device 4CTITOD)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("conflict copy of /{long} (Syncthing")),
+            "{text}"
+        );
+        assert!(text.contains("conflict copy of /ln (Syncthing"), "{text}");
+        assert!(!text.contains("does not belong here"), "{text}");
+        assert!(!text.contains("no symlink points to"), "{text}");
+        assert!(copy.exists() && lcopy.exists());
+    }
+    // The long target is still there: the copy still reads.
+    let dest = f.tmp.path().join("export");
+    let out = run(&f, &["export", s(&f.cipher), s(&dest)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read(dest.join("report (conflict 2026-11-28 4CTITOD).txt")).unwrap(),
+        b"edit on A"
+    );
+    assert_eq!(
+        std::fs::read(dest.join("report.txt")).unwrap(),
+        b"edit on B"
+    );
+    assert_eq!(
+        std::fs::read(dest.join(format!("{} (conflict 2026-11-28 4CTITOD).txt", long_stem())))
+            .unwrap(),
+        b"only copy"
+    );
+    assert_eq!(
+        std::fs::read_link(dest.join("ln (conflict 2026-11-28 4CTITOD)")).unwrap(),
+        Path::new(&target)
+    );
+}
+
+#[test]
+fn a_long_target_no_symlink_points_to_is_restored_not_deleted() {
+    let f = Fixture::new();
+    let v = volume(&f);
+    let w = Writer::new(&v, &f.cipher);
+    let target = "x/".repeat(1600);
+    w.symlink(Path::new("ln"), target.as_bytes()).unwrap();
+    // The sync client replaced this version of the symlink and kept no copy of it.
+    std::fs::remove_file(w.backing(Path::new("ln")).unwrap()).unwrap();
+    drop(w);
+    let out = run(&f, &["fsck", "--repair", s(&f.cipher)]);
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+    assert!(
+        text.contains("repair restores it as symlink /lost symlink "),
+        "{text}"
+    );
+    let dest = f.tmp.path().join("export");
+    let out = run(&f, &["export", s(&f.cipher), s(&dest)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let names = ls(&dest);
+    assert_eq!(names.len(), 1, "{names:?}");
+    assert!(names[0].starts_with("lost symlink "), "{names:?}");
+    assert_eq!(
+        std::fs::read_link(dest.join(&names[0])).unwrap(),
+        Path::new(&target)
+    );
+}
+
+/// With real Syncthing: both devices edit one file (a short and a long name) while apart;
+/// after the sync both mounts list Syncthing's conflict copy under its readable name, and
+/// every edit made is readable on both devices.
+#[test]
+fn syncthing_conflict_copies_are_listed_and_read_on_both_devices() {
+    use common::syncthing::{wait_until, Pair, SyncedVolume};
+    let pair = Pair::start();
+    let vol = SyncedVolume::init(&pair);
+    let opts = ["--cache-timeout", "1"];
+    let (ma, mb) = (vol.a.mounted(&opts), vol.b.mounted(&opts));
+    let long = format!("{}.txt", long_stem());
+    let names = ["report.txt".to_string(), long.clone()];
+    for n in &names {
+        std::fs::write(vol.a.mnt.join(n), b"first").unwrap();
+    }
+    pair.sync();
+    pair.pause();
+    for (f, side) in [(&vol.a, "A"), (&vol.b, "B")] {
+        for n in &names {
+            std::fs::write(f.mnt.join(n), format!("edit on {side} of {n}")).unwrap();
+        }
+    }
+    // Each side indexes its own edit while apart (the watcher is off), so that Syncthing sees
+    // two concurrent versions when they meet.
+    let scan = format!("/rest/db/scan?folder={}", common::syncthing::FOLDER);
+    pair.a.request("POST", &scan);
+    pair.b.request("POST", &scan);
+    pair.resume();
+    pair.sync();
+    for f in [&vol.a, &vol.b] {
+        for n in &names {
+            let (stem, _) = n.rsplit_once('.').unwrap();
+            let want: std::collections::BTreeSet<String> = ["A", "B"]
+                .iter()
+                .map(|side| format!("edit on {side} of {n}"))
+                .collect();
+            // The mount's entries live a second (`--cache-timeout 1`): poll until it shows
+            // what the folder holds.
+            wait_until(&format!("{n}: both edits readable"), || {
+                let listed = ls(&f.mnt);
+                let copies: Vec<&String> = listed
+                    .iter()
+                    .filter(|l| l.starts_with(&format!("{stem} (conflict ")))
+                    .collect();
+                if copies.len() != 1 {
+                    return false;
+                }
+                let got: std::collections::BTreeSet<String> = [n, copies[0]]
+                    .iter()
+                    .filter_map(|p| std::fs::read_to_string(f.mnt.join(p)).ok())
+                    .collect();
+                got == want
+            });
+        }
+    }
+    ma.unmount();
+    mb.unmount();
+    pair.stop();
+}

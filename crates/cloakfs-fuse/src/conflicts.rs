@@ -1,0 +1,147 @@
+//! Sync clients' conflict copies of backing entries (see `cloakfs_core::sync_folder`): each
+//! is listed under a readable name that says what it is, and that name looks up, opens,
+//! renames and removes the copy's backing entry. Ordinary lookups pay nothing: only a name
+//! of the shown shape whose encrypted form is absent makes a scan of the backing directory.
+
+use crate::fs::CloakFs;
+use crate::inode::Inode;
+use crate::sys;
+use cloakfs_core::format::names::{self, DirId, StoredName};
+use cloakfs_core::sync_folder::{self, ConflictCopy};
+use rustix::fd::BorrowedFd;
+use rustix::fs::{AtFlags, Dir};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+
+impl CloakFs {
+    /// The shown name of backing entry `backing` of `dir` (ID `id`, open as `dfd`) if it is
+    /// a conflict copy whose original opens; logs each copy once (by its backing name).
+    pub(crate) fn conflict_shown_name(
+        &self,
+        dir: &Inode,
+        id: &DirId,
+        dfd: BorrowedFd<'_>,
+        backing: &[u8],
+    ) -> Option<Vec<u8>> {
+        let backing = std::str::from_utf8(backing).ok()?;
+        let (copy, plain) = self.open_conflict(id, dfd, backing)?;
+        let fresh = self
+            .warned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((dir.nodeid, backing.as_bytes().to_vec()));
+        if fresh {
+            tracing::warn!(
+                "{}/{backing}: a conflict copy made by {}; listed under a name with \"(conflict ...)\"",
+                sys::describe(dfd),
+                copy.client.label()
+            );
+        }
+        Some(self.shown_for(id, dfd, backing, &copy, &plain))
+    }
+
+    /// Where shown name `name` of `dir` is a conflict copy and no entry has that name
+    /// itself, the copy's backing entry (as a short stored name: a copy has no sidecar of
+    /// its own to keep in step); else `stored`, the name's own stored form.
+    pub(crate) fn or_conflict_copy(
+        &self,
+        dir: &Inode,
+        name: &OsStr,
+        stored: StoredName,
+    ) -> StoredName {
+        if !sync_folder::has_shown_conflict_shape(name.as_bytes())
+            || rustix::fs::statat(dir.fd(), stored.backing(), AtFlags::SYMLINK_NOFOLLOW).is_ok()
+        {
+            return stored;
+        }
+        let Ok(id) = self.dir_id(dir) else {
+            return stored;
+        };
+        self.find_conflict_copy(dir.fd(), &id, name.as_bytes())
+            .map_or(stored, StoredName::Short)
+    }
+
+    /// The backing entry of `dfd` listed under shown name `want`, by a scan.
+    fn find_conflict_copy(&self, dfd: BorrowedFd<'_>, id: &DirId, want: &[u8]) -> Option<String> {
+        let rfd = sys::open_dir(dfd).ok()?;
+        let mut d = Dir::read_from(&rfd).ok()?;
+        while let Some(Ok(ent)) = d.read() {
+            let Ok(backing) = std::str::from_utf8(ent.file_name().to_bytes()) else {
+                continue;
+            };
+            if let Some((copy, plain)) = self.open_conflict(id, dfd, backing) {
+                if self.shown_for(id, dfd, backing, &copy, &plain) == want {
+                    return Some(backing.to_string());
+                }
+            }
+        }
+        None
+    }
+
+    /// The accepted reading of `backing` as a conflict copy, with its original's plaintext.
+    fn open_conflict(
+        &self,
+        id: &DirId,
+        dfd: BorrowedFd<'_>,
+        backing: &str,
+    ) -> Option<(ConflictCopy, Vec<u8>)> {
+        sync_folder::open_conflict_copy(self.volume.names(), id, backing, |long| {
+            long_name_of(dfd, long)
+        })
+    }
+
+    /// The shown name of copy `backing`, tagged where an entry already has the plain one.
+    fn shown_for(
+        &self,
+        id: &DirId,
+        dfd: BorrowedFd<'_>,
+        backing: &str,
+        copy: &ConflictCopy,
+        plain: &[u8],
+    ) -> Vec<u8> {
+        let shown = sync_folder::shown_conflict_name(plain, copy, None);
+        let taken =
+            self.volume.names().encrypt(id, &shown).is_ok_and(|s| {
+                rustix::fs::statat(dfd, s.backing(), AtFlags::SYMLINK_NOFOLLOW).is_ok()
+            });
+        if taken {
+            let tag = sync_folder::conflict_tag(backing);
+            sync_folder::shown_conflict_name(plain, copy, Some(&tag))
+        } else {
+            shown
+        }
+    }
+}
+
+/// The full encrypted name of long entry `long` of `dfd`: from its sidecar, or, where the
+/// sync client left only a conflict copy of the sidecar, from that copy (a sidecar's content
+/// is fixed by its name's hash, so any copy of it holds the same name).
+fn long_name_of(dfd: BorrowedFd<'_>, long: &str) -> Option<String> {
+    let read = |side: &str| {
+        let bytes = sys::read_small(dfd, side, names::SIDECAR_MAX).ok()?;
+        let full = String::from_utf8(bytes).ok()?.trim_end().to_string();
+        (names::long_backing_name(&full) == long).then_some(full)
+    };
+    let side = names::sidecar_name(long);
+    if let Some(full) = read(&side) {
+        return Some(full);
+    }
+    let rfd = sys::open_dir(dfd).ok()?;
+    let mut d = Dir::read_from(&rfd).ok()?;
+    while let Some(Ok(ent)) = d.read() {
+        let Ok(n) = std::str::from_utf8(ent.file_name().to_bytes()) else {
+            continue;
+        };
+        if n != side
+            && n.starts_with(long)
+            && sync_folder::conflict_readings(n)
+                .iter()
+                .any(|c| c.original == side)
+        {
+            if let Some(full) = read(n) {
+                return Some(full);
+            }
+        }
+    }
+    None
+}
