@@ -25,6 +25,8 @@ pkgs+=(stress-ng dbench fio e2fsprogs mount python3-fusepy)
 pkgs+=(rsync)
 # The shared-storage tests drive SQLite with its command-line shell.
 pkgs+=(sqlite3)
+# The sync-folder tests run two real Syncthing instances (Debian 12's 1.19) on 127.0.0.1.
+pkgs+=(syncthing)
 # The independent decryptor's Python packages go into a virtual environment of the project's
 # (.venv), not the system's Python.
 pkgs+=(python3-venv)

@@ -5,6 +5,7 @@
 pub mod daemon;
 pub mod gpg;
 pub mod machine;
+pub mod syncthing;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
