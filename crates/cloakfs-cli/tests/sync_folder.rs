@@ -3,14 +3,17 @@
 
 mod common;
 
-use common::syncthing::Pair;
+use common::syncthing::{Pair, SyncedVolume};
 use std::path::Path;
 
 /// Names of the regular files in `dir` that read back as written by `content_of`.
 fn readable(dir: &Path, content_of: impl Fn(&str) -> String) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().into_string().unwrap())
         .filter(|n| std::fs::read_to_string(dir.join(n)).ok() == Some(content_of(n)))
         .collect();
     names.sort();
@@ -42,4 +45,121 @@ fn plain_folder_keeps_both_sides_files() {
         assert_eq!(got.len(), 16, "{}: {got:?}", dev.name);
     }
     pair.stop();
+}
+
+/// What each device's mount shows of a directory after the devices met.
+struct Seen {
+    a: Vec<String>,
+    b: Vec<String>,
+}
+
+fn seen(vol: &SyncedVolume, dir: &str) -> Seen {
+    Seen {
+        a: readable(&vol.a.mnt.join(dir), content),
+        b: readable(&vol.b.mnt.join(dir), content),
+    }
+}
+
+/// Sync clients' copies of `cloakfs.dirid` in the backing folders of both devices.
+fn id_file_copies(pair: &Pair) -> usize {
+    fn walk(dir: &Path) -> usize {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .map(|e| {
+                let name = e.file_name().into_string().unwrap();
+                if e.file_type().unwrap().is_dir() {
+                    walk(&e.path())
+                } else {
+                    usize::from(
+                        name.starts_with("cloakfs")
+                            && name != "cloakfs.dirid"
+                            && name.contains("dirid"),
+                    )
+                }
+            })
+            .sum()
+    }
+    walk(&pair.a.folder) + walk(&pair.b.folder)
+}
+
+/// The issue's case: the same new directory `docs` made through both mounts while the devices
+/// are apart, 8 files each side; after they meet, one more file written on each side.
+/// Returns what each mount shows before and after a remount, and prints the figures.
+fn same_directory_on_both_devices(random_dir_ids: bool) -> (Seen, Seen, usize) {
+    let pair = Pair::start();
+    let vol = SyncedVolume::init(&pair);
+    let mounts = vol.mount(random_dir_ids);
+    pair.pause();
+    for (f, side) in [(&vol.a, "a"), (&vol.b, "b")] {
+        let dir = f.mnt.join("docs");
+        std::fs::create_dir(&dir).unwrap();
+        for i in 0..8 {
+            let n = format!("{side}{i}.txt");
+            std::fs::write(dir.join(&n), content(&n)).unwrap();
+        }
+    }
+    pair.resume();
+    pair.sync();
+    // Written after the sync, on each device, with no remount.
+    for (f, side) in [(&vol.a, "a"), (&vol.b, "b")] {
+        let n = format!("late-{side}.txt");
+        std::fs::write(f.mnt.join("docs").join(&n), content(&n)).unwrap();
+    }
+    pair.sync();
+    let live = seen(&vol, "docs");
+    let copies = id_file_copies(&pair);
+    if std::env::var_os("SYNC_DEBUG").is_some() {
+        let _ = std::process::Command::new("find")
+            .arg(&pair.a.folder)
+            .arg(&pair.b.folder)
+            .status();
+    }
+    mounts.0.unmount();
+    mounts.1.unmount();
+    let mounts = vol.mount(random_dir_ids);
+    let remounted = seen(&vol, "docs");
+    drop(mounts);
+    pair.stop();
+    for (when, s) in [("live", &live), ("remounted", &remounted)] {
+        eprintln!(
+            "figures (random IDs {random_dir_ids}, {when}): made 18; readable on a {}, on b {}; \
+             ID file copies {copies}",
+            s.a.len(),
+            s.b.len()
+        );
+    }
+    (live, remounted, copies)
+}
+
+/// Derived directory IDs: both devices write the same `cloakfs.dirid`, Syncthing sees no
+/// conflict, and every file of both devices is readable on both, with and without a remount.
+#[test]
+fn same_new_directory_on_both_devices_keeps_every_file() {
+    let (live, remounted, copies) = same_directory_on_both_devices(false);
+    assert_eq!(copies, 0, "Syncthing made a conflict copy of an ID file");
+    for s in [&live, &remounted] {
+        assert_eq!(s.a.len(), 18, "a: {:?}", s.a);
+        assert_eq!(s.a, s.b);
+    }
+}
+
+/// Directories with random IDs (as made before derived IDs): Syncthing replaces one device's
+/// `cloakfs.dirid`; that device's mount follows without a remount, so both mounts show the
+/// same entries and the files written after the sync on either device are readable on both.
+#[test]
+fn mounts_follow_a_replaced_directory_id() {
+    let (live, _remounted, copies) = same_directory_on_both_devices(true);
+    assert_eq!(
+        copies, 2,
+        "the case needs Syncthing's conflict copy of the ID file on each device"
+    );
+    assert_eq!(live.a, live.b, "the two mounts diverged");
+    for late in ["late-a.txt", "late-b.txt"] {
+        assert!(
+            live.a.contains(&late.to_string()),
+            "{late} not on a: {:?}",
+            live.a
+        );
+    }
 }

@@ -99,6 +99,40 @@ impl DirIdCache {
     }
 }
 
+/// A directory node's ID: read on first use, and replaced when the directory's ID file is
+/// found replaced (a sync client renamed another device's version into place), so the mount
+/// follows the folder without a remount.
+#[derive(Debug, Default)]
+pub(crate) struct NodeDirId(Mutex<Option<DirId>>);
+
+impl NodeDirId {
+    pub(crate) fn get(&self) -> Option<DirId> {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets the ID if none is known yet; returns the one known.
+    pub(crate) fn get_or_init(&self, id: DirId) -> DirId {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert(id)
+    }
+
+    /// Replaces the known ID; returns whether it changed (a node whose ID was never read
+    /// has nothing to change).
+    pub(crate) fn replace(&self, id: DirId) -> bool {
+        let mut known = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match *known {
+            Some(old) if old != id => {
+                *known = Some(id);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -94,6 +94,7 @@ impl Device {
     <device id="{them}"></device>
     <minDiskFree unit="%">0</minDiskFree>
     <versioning></versioning>
+    <maxConflicts>10</maxConflicts>
   </folder>
   {my_device}
   {their_device}
@@ -263,8 +264,16 @@ impl Pair {
         self.wait_connected(false);
     }
 
-    /// Brings the devices back together.
+    /// Has both devices index their copy (as a file-system watcher would have while apart).
+    pub fn scan(&self) {
+        let scan = format!("/rest/db/scan?folder={FOLDER}");
+        self.a.request("POST", &scan);
+        self.b.request("POST", &scan);
+    }
+
+    /// Brings the devices back together, each having indexed what changed while apart.
     pub fn resume(&self) {
+        self.scan();
         self.a
             .request("POST", &format!("/rest/system/resume?device={}", self.b.id));
         self.b
@@ -339,8 +348,26 @@ impl SyncedVolume {
     }
 
     /// Mounts both copies with `--cache-timeout 1`, as USAGE.md advises for sync folders.
-    pub fn mount(&self) -> (super::MountGuard, super::MountGuard) {
-        let opts = ["--cache-timeout", "1"];
-        (self.a.mounted(&opts), self.b.mounted(&opts))
+    /// `random_dir_ids`: new directories get random IDs, as before derived IDs (a test hook).
+    pub fn mount(&self, random_dir_ids: bool) -> (super::MountGuard, super::MountGuard) {
+        let mount = |f: &super::Fixture| {
+            let out = f
+                .bin()
+                .env(
+                    "CLOAKFS_TEST_RANDOM_DIR_IDS",
+                    if random_dir_ids { "1" } else { "0" },
+                )
+                .args(["mount", "--cache-timeout", "1", "--passfile"])
+                .arg(&f.pass)
+                .arg(&f.cipher)
+                .arg(&f.mnt)
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "mount: {}", super::stderr(&out));
+            assert!(super::is_mounted(&f.mnt));
+            super::MountGuard(f.mnt.clone())
+        };
+        (mount(&self.a), mount(&self.b))
     }
 }

@@ -929,10 +929,12 @@ impl Checker<'_> {
                         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
                         _ => {}
                     }
-                    create_dir_id(&backing).map_err(|e| match e {
-                        Error::Io(e) => e,
-                        e => std::io::Error::other(e.to_string()),
-                    })?;
+                    create_dir_id(&backing, crate::format::names::DirId::random()).map_err(
+                        |e| match e {
+                            Error::Io(e) => e,
+                            e => std::io::Error::other(e.to_string()),
+                        },
+                    )?;
                     // Read-only, as the mount makes them.
                     std::fs::set_permissions(&id, std::fs::Permissions::from_mode(0o440))
                 });
