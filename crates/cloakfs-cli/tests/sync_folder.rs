@@ -163,3 +163,87 @@ fn mounts_follow_a_replaced_directory_id() {
         );
     }
 }
+
+/// Directories with random IDs, after Syncthing's conflict: the entries the losing device
+/// named under its ID (now in the ID file's copy) are listed and readable on both devices,
+/// with and without a remount.
+#[test]
+fn entries_named_under_a_conflict_copy_of_the_id_are_shown() {
+    let (live, remounted, copies) = same_directory_on_both_devices(true);
+    assert_eq!(copies, 2);
+    for s in [&live, &remounted] {
+        assert_eq!(s.a.len(), 18, "a: {:?}", s.a);
+        assert_eq!(s.a, s.b);
+    }
+}
+
+/// Random IDs, and the winning side of the conflict is an empty directory (made later, so
+/// Syncthing keeps its ID file): every file of the other side is listed (no EIO), readable,
+/// writable, renamable and deletable through both mounts, and found by name after a remount
+/// with no listing first.
+#[test]
+fn an_empty_winning_side_hides_nothing() {
+    let pair = Pair::start();
+    let vol = SyncedVolume::init(&pair);
+    let mounts = vol.mount(true);
+    pair.pause();
+    let b_docs = vol.b.mnt.join("docs");
+    std::fs::create_dir(&b_docs).unwrap();
+    for i in 0..8 {
+        let n = format!("b{i}.txt");
+        std::fs::write(b_docs.join(&n), content(&n)).unwrap();
+    }
+    // Made after b's, so its ID file is the newer one and wins.
+    std::fs::create_dir(vol.a.mnt.join("docs")).unwrap();
+    pair.resume();
+    pair.sync();
+    assert_eq!(id_file_copies(&pair), 2, "the case needs the conflict copy");
+    let s = seen(&vol, "docs");
+    assert_eq!(s.a.len(), 8, "a: {:?}", s.a);
+    assert_eq!(s.a, s.b);
+
+    // Written, renamed and deleted through a's mount, where they are named under the copy.
+    let a_docs = vol.a.mnt.join("docs");
+    std::fs::write(a_docs.join("b0.txt"), content("b0.txt") + "more\n").unwrap();
+    std::fs::rename(a_docs.join("b1.txt"), a_docs.join("renamed.txt")).unwrap();
+    std::fs::remove_file(a_docs.join("b2.txt")).unwrap();
+    pair.sync();
+    mounts.0.unmount();
+    mounts.1.unmount();
+    let _mounts = vol.mount(true);
+    for f in [&vol.a, &vol.b] {
+        let docs = f.mnt.join("docs");
+        // By name first: the lookup finds what the listing has not shown yet.
+        assert_eq!(
+            std::fs::read_to_string(docs.join("b3.txt")).unwrap(),
+            content("b3.txt")
+        );
+        assert_eq!(
+            std::fs::read_to_string(docs.join("b0.txt")).unwrap(),
+            content("b0.txt") + "more\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(docs.join("renamed.txt")).unwrap(),
+            content("b1.txt")
+        );
+        assert!(!docs.join("b1.txt").exists());
+        assert!(!docs.join("b2.txt").exists());
+        let mut names: Vec<String> = std::fs::read_dir(&docs)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                "b0.txt",
+                "b3.txt",
+                "b4.txt",
+                "b5.txt",
+                "b6.txt",
+                "b7.txt",
+                "renamed.txt"
+            ]
+        );
+    }
+}

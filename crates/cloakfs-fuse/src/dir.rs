@@ -48,7 +48,7 @@ pub(crate) struct Snapshot {
     pub resume: usize,
 }
 
-fn kind_of_dirent(t: rustix::fs::FileType) -> Option<FileType> {
+pub(crate) fn kind_of_dirent(t: rustix::fs::FileType) -> Option<FileType> {
     use rustix::fs::FileType as T;
     Some(match t {
         T::RegularFile => FileType::RegularFile,
@@ -193,7 +193,7 @@ impl CloakFs {
     }
 
     /// The full encrypted name stored in the sidecar of long entry `backing`.
-    fn read_sidecar(dir: BorrowedFd<'_>, backing: &str) -> Result<String, &'static str> {
+    pub(crate) fn read_sidecar(dir: BorrowedFd<'_>, backing: &str) -> Result<String, &'static str> {
         let bytes = sys::read_small(dir, &names::sidecar_name(backing), names::SIDECAR_MAX)
             .map_err(|_| "long name without a readable sidecar")?;
         let full = String::from_utf8(bytes).map_err(|_| "long-name sidecar is not text")?;
@@ -223,7 +223,8 @@ impl CloakFs {
         let mut d = RawDir::new(&rfd, buf.spare_capacity_mut());
         let dfd = rfd.as_fd();
         let mut out = Vec::new();
-        let (mut decrypted, mut undecryptable) = (0usize, 0usize);
+        let mut decrypted = 0usize;
+        let (mut undecryptable, mut copies) = (Vec::new(), Vec::new());
         while let Some(ent) = d.next() {
             let ent = ent.map_err(errno)?;
             let raw = ent.file_name().to_bytes();
@@ -251,7 +252,12 @@ impl CloakFs {
                 .names()
                 .classify_entry(id.as_ref(), raw, adopted, |b| Self::read_sidecar(dfd, b));
             let (plain, is_plain) = match class {
-                Classified::Internal => continue,
+                Classified::Internal => {
+                    if !adopted && cloakfs_core::sync_folder::is_dir_id_copy(raw) {
+                        copies.push(raw.to_vec());
+                    }
+                    continue;
+                }
                 Classified::Encrypted(p) => {
                     decrypted += 1;
                     (p, false)
@@ -270,8 +276,15 @@ impl CloakFs {
                     (raw.to_vec(), true)
                 }
                 Classified::Undecryptable(why) => {
-                    self.warn_bad_name(dir, raw, why);
-                    undecryptable += 1;
+                    // Tried under the directory's other IDs once the listing is read.
+                    undecryptable.push(crate::dir_id_copies::Unnamed {
+                        at: out.len(),
+                        raw: raw.to_vec(),
+                        why,
+                        ino: ent.ino(),
+                        file_type: ent.file_type(),
+                        next,
+                    });
                     continue;
                 }
             };
@@ -294,6 +307,20 @@ impl CloakFs {
                 next,
             });
         }
+        decrypted += self.name_under_copies(
+            dir,
+            dfd,
+            id.as_ref(),
+            from,
+            &copies,
+            &mut undecryptable,
+            &mut out,
+            dev,
+        );
+        for u in &undecryptable {
+            self.warn_bad_name(dir, &u.raw, u.why);
+        }
+        let undecryptable = undecryptable.len();
         if from == 0 && decrypted == 0 && undecryptable > 0 {
             // Not an empty listing: that is what a volume whose config was replaced would
             // show, and the user must see that something is wrong.

@@ -27,7 +27,8 @@ impl CloakFs {
         let p = self.node(parent)?;
         let found = self.lookup_in(&p, name);
         // A miss may come from an ID file the sync client replaced: once more under the new ID.
-        if found == Err(Errno::ENOENT) && self.reload_dir_id(&p) {
+        // Or the name is one of a sync conflict's losing side, under an ID-file copy's ID.
+        if found == Err(Errno::ENOENT) && (self.reload_dir_id(&p) || self.learn_dir_id_copies(&p)) {
             return self.lookup_in(&p, name);
         }
         found

@@ -26,6 +26,7 @@ mod attr;
 mod binding;
 mod creds;
 mod dir;
+mod dir_id_copies;
 mod dirids;
 mod durable;
 mod entry;

@@ -153,7 +153,10 @@ impl CloakFs {
     /// collision), else a plaintext entry of that name in an adopted tree.
     pub(crate) fn resolve(&self, dir: &Inode, name: &OsStr) -> Res<Resolved> {
         if !self.adopted() {
-            return self.stored_name(dir, name).map(Resolved::Encrypted);
+            let stored = self.stored_name(dir, name)?;
+            return Ok(Resolved::Encrypted(
+                self.find_under_copies(dir, name, stored),
+            ));
         }
         names::validate_plain(name.as_bytes()).map_err(|e| Errno::from_i32(e.errno()))?;
         let id = self.dir_id_if_any(dir)?;
