@@ -247,3 +247,79 @@ fn an_empty_winning_side_hides_nothing() {
         );
     }
 }
+
+/// Random IDs, and one name made on both sides: `fsck` names the directory with several IDs,
+/// `fsck --repair` merges them (the name taken on both sides becomes `same (conflict 1).txt`),
+/// after which `fsck` is clean and both devices see every file under one ID.
+#[test]
+fn fsck_repair_merges_a_directory_with_several_ids() {
+    let pair = Pair::start();
+    let vol = SyncedVolume::init(&pair);
+    let mounts = vol.mount(true);
+    pair.pause();
+    for (f, side) in [(&vol.a, "a"), (&vol.b, "b")] {
+        let dir = f.mnt.join("docs");
+        std::fs::create_dir(&dir).unwrap();
+        for i in 0..4 {
+            let n = format!("{side}{i}.txt");
+            std::fs::write(dir.join(&n), content(&n)).unwrap();
+        }
+        std::fs::write(dir.join("same.txt"), format!("from {side}\n")).unwrap();
+    }
+    pair.resume();
+    pair.sync();
+    // While the two IDs stand, the mount shows one `same.txt` (never two of one name).
+    let listed = std::fs::read_dir(vol.a.mnt.join("docs")).unwrap().count();
+    assert_eq!(listed, 9);
+    mounts.0.unmount();
+    mounts.1.unmount();
+
+    let fsck = |extra: &[&str]| {
+        vol.a.run(
+            &[
+                &["fsck", "--passfile", common::s(&vol.a.pass)][..],
+                extra,
+                &[common::s(&vol.a.cipher)],
+            ]
+            .concat(),
+        )
+    };
+    let out = fsck(&[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("several IDs") && text.contains("/docs"),
+        "{text}"
+    );
+    assert!(!text.contains("does not decrypt"), "{text}");
+    let out = fsck(&["--repair"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("[repaired]"),
+        "{text}{}",
+        common::stderr(&out)
+    );
+    let out = fsck(&[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    pair.sync();
+    assert_eq!(id_file_copies(&pair), 0);
+
+    let _mounts = vol.mount(true);
+    for f in [&vol.a, &vol.b] {
+        let docs = f.mnt.join("docs");
+        let mut names = readable(&docs, content);
+        names.sort();
+        assert_eq!(names.len(), 8, "{names:?}");
+        let mut same: Vec<String> = ["same.txt", "same (conflict 1).txt"]
+            .iter()
+            .map(|n| std::fs::read_to_string(docs.join(n)).unwrap())
+            .collect();
+        same.sort();
+        assert_eq!(same, ["from a\n", "from b\n"]);
+        assert_eq!(std::fs::read_dir(&docs).unwrap().count(), 10);
+    }
+}

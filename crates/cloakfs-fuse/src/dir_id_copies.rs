@@ -161,13 +161,18 @@ impl CloakFs {
             return 0;
         }
         let mut named = Vec::new();
+        // A name taken under the main ID too is the one shown (and found by lookups) until
+        // `fsck --repair` renames the other: never two entries of one name.
+        let mut taken: std::collections::HashSet<OsString> =
+            out.iter().map(|e| e.name.clone()).collect();
         unnamed.retain(|u| {
             let plain = self.decrypt_under_others(&others, &u.raw, |b| Self::read_sidecar(dfd, b));
             match plain {
-                Some(p) => {
+                Some(p) if taken.insert(OsString::from_vec(p.clone())) => {
                     named.push((u.at, p, u.raw.clone(), u.ino, u.file_type, u.next));
                     false
                 }
+                Some(_) => false,
                 None => true,
             }
         });
