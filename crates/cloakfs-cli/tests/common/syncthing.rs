@@ -133,7 +133,11 @@ impl Device {
 
     fn start(&mut self) {
         let log = std::fs::File::create(self.home.join("syncthing.log")).unwrap();
+        use std::os::unix::process::CommandExt;
+        // Syncthing runs its work in a process of its own below the one started here: a
+        // group of their own, so stop ends both.
         let child = Command::new("syncthing")
+            .process_group(0)
             .arg("serve")
             .arg("--home")
             .arg(&self.home)
@@ -212,6 +216,9 @@ impl Device {
 
     fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
+            if let Some(group) = rustix::process::Pid::from_raw(child.id() as i32) {
+                let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+            }
             let _ = child.kill();
             let _ = child.wait();
         }
