@@ -459,6 +459,18 @@ fn is_long_entry_name(name: &str) -> bool {
         .is_some_and(|h| h.len() == 43 && matches!(names::classify(name), EntryKind::Long(_)))
 }
 
+/// Whether `name` is a sync client's copy of a directory's `cloakfs.dirid`: the losing side of
+/// a conflict between two devices that gave one directory different IDs, renamed by the client
+/// (Syncthing `cloakfs.sync-conflict-YYYYMMDD-HHMMSS-DEVICE.dirid`, Dropbox
+/// `cloakfs (NAME's conflicted copy DATE).dirid`, Nextcloud `cloakfs (conflicted copy DATE
+/// TIME).dirid`, OneDrive `cloakfs-HOST.dirid`, generic `cloakfs (1).dirid`). Such a file
+/// holds another 16-byte ID the directory's entries may be named under.
+pub fn is_dir_id_copy(name: &[u8]) -> bool {
+    name.starts_with(b"cloakfs")
+        && name != crate::format::names::DIRID_FILE.as_bytes()
+        && name.windows(5).any(|w| w == b"dirid")
+}
+
 #[cfg(test)]
 mod tests {
     use crate::crypto::secret::SecretBytes;
@@ -636,6 +648,28 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn sync_clients_copies_of_an_id_file_are_known_and_others_are_not() {
+        for n in [
+            "cloakfs.sync-conflict-20261128-151500-K64EJMH.dirid",
+            "cloakfs (Ann's conflicted copy 2026-11-28).dirid",
+            "cloakfs (conflicted copy 2026-11-28 151500).dirid",
+            "cloakfs-LAPTOP.dirid",
+            "cloakfs (1).dirid",
+        ] {
+            assert!(is_dir_id_copy(n.as_bytes()), "{n}");
+        }
+        for n in [
+            "cloakfs.dirid",
+            "cloakfs.conf",
+            "cloakfs.long.abc.name",
+            "dirid",
+            "x.dirid",
+        ] {
+            assert!(!is_dir_id_copy(n.as_bytes()), "{n}");
+        }
+    }
 
     #[test]
     fn sync_clients_own_files_are_known_and_others_are_not() {

@@ -6,6 +6,7 @@ use crate::crypto::secret::Passphrase;
 use crate::error::{Error, Result};
 use crate::format::config::{FileKeys, SlotRandomness, VolumeConfig, VolumeParams, CONFIG_FILE};
 use crate::format::content::ContentCodec;
+use crate::format::dir_ids::DirIdKey;
 use crate::format::filekey::{HeaderMacKey, Member};
 use crate::format::meta::MetaCodec;
 use crate::format::names::{DirId, NameCodec};
@@ -28,6 +29,7 @@ pub struct Volume {
     content: Arc<ContentCodec>,
     names: NameCodec,
     meta: MetaCodec,
+    dir_ids: DirIdKey,
     master_key: MasterKey,
     unlocked_slot: Option<(u32, crate::slots::Kek)>,
 }
@@ -58,11 +60,13 @@ impl Volume {
             mk.subkey(id, label::METADATA),
             mk.subkey(id, label::XATTR_NAMES),
         );
+        let dir_ids = DirIdKey::new(mk, id);
         Ok(Self {
             config,
             content,
             names,
             meta,
+            dir_ids,
             master_key: mk.clone(),
             unlocked_slot: None,
         })
@@ -227,6 +231,21 @@ impl Volume {
     /// Symlink target and xattr encryption.
     pub fn meta(&self) -> &MetaCodec {
         &self.meta
+    }
+
+    /// The ID of a new directory named `name` (plaintext) in the directory with ID `parent`:
+    /// derived, so every device that makes the same path writes the same ID (FORMAT.md 9.2).
+    ///
+    /// `CLOAKFS_TEST_RANDOM_DIR_IDS=1` makes them random, as volumes made before derived IDs
+    /// have them: the sync-folder tests make directory conflicts with it.
+    pub fn new_dir_id(&self, parent: &DirId, name: &[u8]) -> DirId {
+        static RANDOM: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        if *RANDOM.get_or_init(|| {
+            std::env::var_os("CLOAKFS_TEST_RANDOM_DIR_IDS").is_some_and(|v| v == "1")
+        }) {
+            return DirId::random();
+        }
+        self.dir_ids.derive(parent, name)
     }
 
     /// The root directory's ID (the volume ID; the root has no `cloakfs.dirid` file).

@@ -48,7 +48,7 @@ pub(crate) struct Snapshot {
     pub resume: usize,
 }
 
-fn kind_of_dirent(t: rustix::fs::FileType) -> Option<FileType> {
+pub(crate) fn kind_of_dirent(t: rustix::fs::FileType) -> Option<FileType> {
     use rustix::fs::FileType as T;
     Some(match t {
         T::RegularFile => FileType::RegularFile,
@@ -69,8 +69,27 @@ impl CloakFs {
     /// The ID of directory `dir`, read from its `cloakfs.dirid` on first use.
     pub(crate) fn dir_id(&self, dir: &Inode) -> Res<DirId> {
         if let Some(id) = dir.dir_id.get() {
-            return Ok(*id);
+            return Ok(id);
         }
+        let id = self.read_dir_id(dir)?;
+        Ok(dir.dir_id.get_or_init(id))
+    }
+
+    /// Re-reads the ID of directory `dir` whose ID is known, and takes the new one if its ID
+    /// file was replaced (a sync client renaming another device's version into place):
+    /// returns whether it changed. One stat when nothing changed (the cache is keyed by it).
+    pub(crate) fn reload_dir_id(&self, dir: &Inode) -> bool {
+        if dir.dir_id.get().is_none() || dir.nodeid == self.inodes.root() {
+            return false;
+        }
+        match self.read_dir_id(dir) {
+            Ok(id) => dir.dir_id.replace(id),
+            Err(_) => false,
+        }
+    }
+
+    /// Reads the ID of directory `dir` from its `cloakfs.dirid`, through the cache.
+    fn read_dir_id(&self, dir: &Inode) -> Res<DirId> {
         if dir.kind != crate::inode::Kind::Dir {
             return Err(Errno::ENOTDIR);
         }
@@ -87,7 +106,7 @@ impl CloakFs {
             let id = parse_dir_id(&bytes).map_err(|e| self.fail(&e, fd, None))?;
             Ok((st, id))
         })?;
-        Ok(*dir.dir_id.get_or_init(|| id))
+        Ok(id)
     }
 
     /// Reports (once per directory) a directory without its ID file: EIO.
@@ -174,7 +193,7 @@ impl CloakFs {
     }
 
     /// The full encrypted name stored in the sidecar of long entry `backing`.
-    fn read_sidecar(dir: BorrowedFd<'_>, backing: &str) -> Result<String, &'static str> {
+    pub(crate) fn read_sidecar(dir: BorrowedFd<'_>, backing: &str) -> Result<String, &'static str> {
         let bytes = sys::read_small(dir, &names::sidecar_name(backing), names::SIDECAR_MAX)
             .map_err(|_| "long name without a readable sidecar")?;
         let full = String::from_utf8(bytes).map_err(|_| "long-name sidecar is not text")?;
@@ -204,7 +223,8 @@ impl CloakFs {
         let mut d = RawDir::new(&rfd, buf.spare_capacity_mut());
         let dfd = rfd.as_fd();
         let mut out = Vec::new();
-        let (mut decrypted, mut undecryptable) = (0usize, 0usize);
+        let mut decrypted = 0usize;
+        let (mut undecryptable, mut copies) = (Vec::new(), Vec::new());
         while let Some(ent) = d.next() {
             let ent = ent.map_err(errno)?;
             let raw = ent.file_name().to_bytes();
@@ -243,7 +263,12 @@ impl CloakFs {
                     decrypted += 1;
                     (conflict.unwrap_or_default(), false)
                 }
-                Classified::Internal => continue,
+                Classified::Internal => {
+                    if !adopted && cloakfs_core::sync_folder::is_dir_id_copy(raw) {
+                        copies.push(raw.to_vec());
+                    }
+                    continue;
+                }
                 Classified::Encrypted(p) => {
                     decrypted += 1;
                     (p, false)
@@ -262,8 +287,15 @@ impl CloakFs {
                     (raw.to_vec(), true)
                 }
                 Classified::Undecryptable(why) => {
-                    self.warn_bad_name(dir, raw, why);
-                    undecryptable += 1;
+                    // Tried under the directory's other IDs once the listing is read.
+                    undecryptable.push(crate::dir_id_copies::Unnamed {
+                        at: out.len(),
+                        raw: raw.to_vec(),
+                        why,
+                        ino: ent.ino(),
+                        file_type: ent.file_type(),
+                        next,
+                    });
                     continue;
                 }
             };
@@ -286,6 +318,20 @@ impl CloakFs {
                 next,
             });
         }
+        decrypted += self.name_under_copies(
+            dir,
+            dfd,
+            id.as_ref(),
+            from,
+            &copies,
+            &mut undecryptable,
+            &mut out,
+            dev,
+        );
+        for u in &undecryptable {
+            self.warn_bad_name(dir, &u.raw, u.why);
+        }
+        let undecryptable = undecryptable.len();
         if from == 0 && decrypted == 0 && undecryptable > 0 {
             // Not an empty listing: that is what a volume whose config was replaced would
             // show, and the user must see that something is wrong.
@@ -299,7 +345,8 @@ impl CloakFs {
         Ok(out)
     }
 
-    /// Creates backing directory `stored` in `parent` with a fresh directory ID.
+    /// Creates backing directory `stored` (plaintext `name`) in `parent`, with the ID derived
+    /// from the parent's ID and `name` (FORMAT.md 9.2: two devices making one path agree).
     ///
     /// The directory is built under an internal temporary name: its `cloakfs.dirid` is written
     /// and synced, and the directory synced, before it is renamed to its real name. A crash
@@ -309,10 +356,14 @@ impl CloakFs {
     pub(crate) fn make_dir(
         &self,
         parent: &Inode,
+        name: &OsStr,
         stored: &StoredName,
         mode: u32,
         owner: Option<(u32, Option<u32>)>,
     ) -> Res<(OwnedFd, DirId)> {
+        let id = self
+            .volume
+            .new_dir_id(&self.dir_id(parent)?, name.as_bytes());
         let pfd = parent.fd();
         let tmp = format!(
             "{TMP_PREFIX}{}",
@@ -320,7 +371,6 @@ impl CloakFs {
         );
         // Writable and searchable by us until the ID is in place.
         rustix::fs::mkdirat(pfd, tmp.as_str(), Mode::from_raw_mode(mode | 0o300)).map_err(errno)?;
-        let id = DirId::random();
         let built = (|| -> Res<OwnedFd> {
             let dfd = sys::open_subdir_readable(pfd, tmp.as_str()).map_err(errno)?;
             // Made durable after the reply, but before any rename, link or fsync (durable.rs).
@@ -670,7 +720,9 @@ mod tests {
         let fs = served(tmp.path());
         let root = fs.node(INodeNo(fs.inodes.root())).unwrap();
         let stored = fs.stored_name(&root, OsStr::new("d")).unwrap();
-        let (_dfd, made) = fs.make_dir(&root, &stored, 0o755, None).unwrap();
+        let (_dfd, made) = fs
+            .make_dir(&root, OsStr::new("d"), &stored, 0o755, None)
+            .unwrap();
         let file = tmp.path().join(stored.backing()).join(DIRID_FILE);
 
         // Written by mkdir: known without a read.

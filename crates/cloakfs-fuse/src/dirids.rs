@@ -99,6 +99,55 @@ impl DirIdCache {
     }
 }
 
+/// A directory node's ID: read on first use, and replaced when the directory's ID file is
+/// found replaced (a sync client renamed another device's version into place), so the mount
+/// follows the folder without a remount.
+///
+/// It also keeps the IDs of the directory's ID-file copies (a sync conflict's losing side,
+/// see `dir_id_copies`): `None` until the directory was scanned for them.
+#[derive(Debug, Default)]
+pub(crate) struct NodeDirId(Mutex<Option<DirId>>, Mutex<Option<Vec<DirId>>>);
+
+impl NodeDirId {
+    pub(crate) fn get(&self) -> Option<DirId> {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets the ID if none is known yet; returns the one known.
+    pub(crate) fn get_or_init(&self, id: DirId) -> DirId {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert(id)
+    }
+
+    /// The IDs of the directory's ID-file copies, if it was scanned for them.
+    pub(crate) fn others(&self) -> Option<Vec<DirId>> {
+        self.1.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Remembers the IDs of the directory's ID-file copies found by a scan.
+    pub(crate) fn set_others(&self, ids: Vec<DirId>) {
+        *self.1.lock().unwrap_or_else(|e| e.into_inner()) = Some(ids);
+    }
+
+    /// Replaces the known ID; returns whether it changed (a node whose ID was never read
+    /// has nothing to change).
+    pub(crate) fn replace(&self, id: DirId) -> bool {
+        let mut known = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match *known {
+            Some(old) if old != id => {
+                *known = Some(id);
+                // The old ID may now be in a copy: scanned again when needed.
+                *self.1.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -25,9 +25,19 @@ const FREE_ON_UNLINK: u64 = 1 << 20;
 impl CloakFs {
     pub(crate) fn do_lookup(&self, parent: INodeNo, name: &OsStr) -> Res<FileAttr> {
         let p = self.node(parent)?;
-        match self.resolve(&p, name)? {
-            Resolved::Encrypted(stored) => self.lookup_backing(&p, stored.backing(), name, None),
-            Resolved::Plain(backing) => self.lookup_plain(&p, &backing, None),
+        let found = self.lookup_in(&p, name);
+        // A miss may come from an ID file the sync client replaced: once more under the new ID.
+        // Or the name is one of a sync conflict's losing side, under an ID-file copy's ID.
+        if found == Err(Errno::ENOENT) && (self.reload_dir_id(&p) || self.learn_dir_id_copies(&p)) {
+            return self.lookup_in(&p, name);
+        }
+        found
+    }
+
+    fn lookup_in(&self, p: &Inode, name: &OsStr) -> Res<FileAttr> {
+        match self.resolve(p, name)? {
+            Resolved::Encrypted(stored) => self.lookup_backing(p, stored.backing(), name, None),
+            Resolved::Plain(backing) => self.lookup_plain(p, &backing, None),
             Resolved::Absent => Err(Errno::ENOENT),
         }
         .map(|(_, a)| a)
@@ -102,10 +112,10 @@ impl CloakFs {
         sys::exact_modes();
         let p = self.node(parent)?;
         let stored = self.name_for_new(&p, name)?;
-        let (dfd, id) = self.make_dir(&p, &stored, mode & 0o7777, self.new_owner(req, &p))?;
+        let (dfd, id) = self.make_dir(&p, name, &stored, mode & 0o7777, self.new_owner(req, &p))?;
         let fd = self.hold_dir(dfd)?;
         let (inode, attr) = self.lookup_fd(fd, &p, name)?;
-        let _ = inode.dir_id.set(id);
+        inode.dir_id.get_or_init(id);
         Ok(attr)
     }
 

@@ -80,8 +80,8 @@ pub(crate) struct Inode {
     fd: NodeFd,
     pub(crate) kind: Kind,
     key: (u64, u64),
-    /// The directory's ID, read once (directories only).
-    pub(crate) dir_id: OnceLock<DirId>,
+    /// The directory's ID (directories only).
+    pub(crate) dir_id: crate::dirids::NodeDirId,
     /// Plaintext length of the symlink target (symlinks never change).
     pub(crate) symlink_len: OnceLock<u64>,
     open: Mutex<OpenState>,
@@ -124,7 +124,7 @@ impl Inode {
             fd,
             kind: Kind::of_mode(m.mode),
             key: (m.dev, m.ino),
-            dir_id: OnceLock::new(),
+            dir_id: Default::default(),
             symlink_len: OnceLock::new(),
             open: Mutex::new(OpenState::default()),
             last_used: AtomicU64::new(0),
@@ -498,7 +498,7 @@ impl InodeTable {
         debug_assert_eq!(base & LOCAL_MASK, 0);
         let root_nodeid = base | ROOT;
         let root = Inode::new(root_nodeid, fd, m);
-        let _ = root.dir_id.set(root_id);
+        root.dir_id.get_or_init(root_id);
         let mut t = Tables {
             next_synthetic: if base == 0 { SYNTHETIC_BASE } else { ROOT },
             ..Tables::default()

@@ -27,6 +27,7 @@ mod binding;
 mod conflicts;
 mod creds;
 mod dir;
+mod dir_id_copies;
 mod dirids;
 mod durable;
 mod entry;

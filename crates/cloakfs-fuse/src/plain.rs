@@ -154,9 +154,11 @@ impl CloakFs {
     pub(crate) fn resolve(&self, dir: &Inode, name: &OsStr) -> Res<Resolved> {
         if !self.adopted() {
             let stored = self.stored_name(dir, name)?;
-            return Ok(Resolved::Encrypted(
-                self.or_conflict_copy(dir, name, stored),
-            ));
+            return Ok(Resolved::Encrypted({
+                // Named under another copy of the directory's ID, or a conflict copy.
+                let stored = self.find_under_copies(dir, name, stored);
+                self.or_conflict_copy(dir, name, stored)
+            }));
         }
         names::validate_plain(name.as_bytes()).map_err(|e| Errno::from_i32(e.errno()))?;
         let id = self.dir_id_if_any(dir)?;

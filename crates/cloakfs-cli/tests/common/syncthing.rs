@@ -133,7 +133,11 @@ impl Device {
 
     fn start(&mut self) {
         let log = std::fs::File::create(self.home.join("syncthing.log")).unwrap();
+        use std::os::unix::process::CommandExt;
+        // Syncthing runs its work in a process of its own below the one started here: a
+        // group of their own, so stop ends both.
         let child = Command::new("syncthing")
+            .process_group(0)
             .arg("serve")
             .arg("--home")
             .arg(&self.home)
@@ -212,6 +216,9 @@ impl Device {
 
     fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
+            if let Some(group) = rustix::process::Pid::from_raw(child.id() as i32) {
+                let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+            }
             let _ = child.kill();
             let _ = child.wait();
         }
@@ -264,8 +271,16 @@ impl Pair {
         self.wait_connected(false);
     }
 
-    /// Brings the devices back together.
+    /// Has both devices index their copy (as a file-system watcher would have while apart).
+    pub fn scan(&self) {
+        let scan = format!("/rest/db/scan?folder={FOLDER}");
+        self.a.request("POST", &scan);
+        self.b.request("POST", &scan);
+    }
+
+    /// Brings the devices back together, each having indexed what changed while apart.
     pub fn resume(&self) {
+        self.scan();
         self.a
             .request("POST", &format!("/rest/system/resume?device={}", self.b.id));
         self.b
@@ -340,8 +355,26 @@ impl SyncedVolume {
     }
 
     /// Mounts both copies with `--cache-timeout 1`, as USAGE.md advises for sync folders.
-    pub fn mount(&self) -> (super::MountGuard, super::MountGuard) {
-        let opts = ["--cache-timeout", "1"];
-        (self.a.mounted(&opts), self.b.mounted(&opts))
+    /// `random_dir_ids`: new directories get random IDs, as before derived IDs (a test hook).
+    pub fn mount(&self, random_dir_ids: bool) -> (super::MountGuard, super::MountGuard) {
+        let mount = |f: &super::Fixture| {
+            let out = f
+                .bin()
+                .env(
+                    "CLOAKFS_TEST_RANDOM_DIR_IDS",
+                    if random_dir_ids { "1" } else { "0" },
+                )
+                .args(["mount", "--cache-timeout", "1", "--passfile"])
+                .arg(&f.pass)
+                .arg(&f.cipher)
+                .arg(&f.mnt)
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "mount: {}", super::stderr(&out));
+            assert!(super::is_mounted(&f.mnt));
+            super::MountGuard(f.mnt.clone())
+        };
+        (mount(&self.a), mount(&self.b))
     }
 }

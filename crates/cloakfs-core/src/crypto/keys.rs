@@ -40,6 +40,8 @@ pub mod label {
     pub const SHARE_HEADER: &str = "share-header";
     /// HMAC-SHA256 key of a sharing volume's retirement records (docs/FORMAT.md section 18.8).
     pub const SHARE_RETIRED: &str = "share-retired";
+    /// HMAC-SHA256 key new directory IDs are derived with (docs/FORMAT.md section 9.2).
+    pub const DIR_ID: &str = "directory id";
     /// The master key's public fingerprint, which a machine remembers per volume (key pinning).
     pub const FINGERPRINT: &str = "key-fingerprint";
 }

@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod content;
+pub mod dir_ids;
 pub mod encoding;
 pub mod filekey;
 pub mod layout;

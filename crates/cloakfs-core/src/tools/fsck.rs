@@ -61,6 +61,9 @@ pub enum ProblemKind {
     Xattr,
     /// A temporary file of an interrupted config write or rekey.
     StrayTemp,
+    /// A directory with several IDs: a sync client's copy of its `cloakfs.dirid` beside it
+    /// (two devices made it with different IDs); repaired by merging the entries under one.
+    DirIdConflict,
     /// A reserved `cloakfs.` name where it does not belong, or unknown to this version.
     StrayReserved,
     /// A file cloakfs never makes (a name with a `.`): hidden from the plaintext view.
@@ -218,6 +221,8 @@ struct Checker<'a> {
     cipherdir: PathBuf,
     /// Long symlink targets that symlinks point to.
     long_targets_used: HashSet<String>,
+    /// Directories with several IDs to merge after the walk: (problem, backing directory).
+    merges: Vec<(usize, PathBuf)>,
 }
 
 /// The member keys the recipient and gpg slots of a sharing volume keep.
@@ -258,6 +263,7 @@ pub fn check(
             ..Report::default()
         },
         seen_inodes: HashSet::new(),
+        merges: Vec::new(),
         progress,
         out: Vec::new(),
         sealed: Vec::new(),
@@ -299,6 +305,7 @@ pub fn check(
         }
     }
     c.long_targets(cipherdir);
+    c.merge_dir_ids(cipherdir);
     let r = &mut c.report;
     r.counts.problems = r.problems.len() as u64;
     r.counts.repaired = r.problems.iter().filter(|p| p.repaired).count() as u64;
@@ -307,6 +314,18 @@ pub fn check(
 }
 
 impl Checker<'_> {
+    /// Merges each directory found with several IDs (`--repair`), once the walk is done.
+    fn merge_dir_ids(&mut self, cipherdir: &Path) {
+        for (p, dir) in std::mem::take(&mut self.merges) {
+            let volume = self.volume;
+            self.repair(p, || {
+                let main = crate::tools::paths::read_dir_id(volume, cipherdir, &dir)
+                    .map_err(|e| std::io::Error::other(e.to_string()))?;
+                crate::tools::dir_id_merge::merge(volume, &dir, &main).map(|_| ())
+            });
+        }
+    }
+
     fn push(
         &mut self,
         kind: ProblemKind,
@@ -927,6 +946,24 @@ impl Checker<'_> {
                 );
                 self.repair(p, || std::fs::remove_file(&backing));
             }
+            InternalKind::DirIdCopy => {
+                let dir_backing = i.backing.parent().unwrap_or(Path::new("")).to_path_buf();
+                let p = self.push(
+                    ProblemKind::DirIdConflict,
+                    &i.backing,
+                    dir,
+                    dir,
+                    format!(
+                        "directory has several IDs ({name} is a sync client's copy of its \
+                         {}); its entries named under either are shown, and \
+                         --repair merges them under one",
+                        crate::format::names::DIRID_FILE
+                    ),
+                    true,
+                );
+                // After the walk, which may still visit entries by their current names.
+                self.merges.push((p, dir_backing));
+            }
             InternalKind::Foreign => {
                 self.push(
                     ProblemKind::Foreign,
@@ -971,10 +1008,12 @@ impl Checker<'_> {
                         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
                         _ => {}
                     }
-                    create_dir_id(&backing).map_err(|e| match e {
-                        Error::Io(e) => e,
-                        e => std::io::Error::other(e.to_string()),
-                    })?;
+                    create_dir_id(&backing, crate::format::names::DirId::random()).map_err(
+                        |e| match e {
+                            Error::Io(e) => e,
+                            e => std::io::Error::other(e.to_string()),
+                        },
+                    )?;
                     // Read-only, as the mount makes them.
                     std::fs::set_permissions(&id, std::fs::Permissions::from_mode(0o440))
                 });

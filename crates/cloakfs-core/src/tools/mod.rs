@@ -2,6 +2,7 @@
 //! paths, reading files block by block, checking, exporting, rekeying and writing entries.
 
 pub mod blocks;
+pub mod dir_id_merge;
 pub mod export;
 pub mod fsck;
 pub mod mounts;

@@ -31,9 +31,9 @@ pub fn read_dir_id(volume: &Volume, cipherdir: &Path, dir: &Path) -> Result<DirI
     parse_dir_id(&bytes)
 }
 
-/// Writes a fresh `cloakfs.dirid` into the new backing directory `dir` and makes it durable.
-pub fn create_dir_id(dir: &Path) -> Result<DirId> {
-    let id = DirId::random();
+/// Writes `cloakfs.dirid` holding `id` into the new backing directory `dir` and makes it
+/// durable.
+pub fn create_dir_id(dir: &Path, id: DirId) -> Result<DirId> {
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

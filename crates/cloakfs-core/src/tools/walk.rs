@@ -140,6 +140,9 @@ pub enum InternalKind {
     /// `cloakfs.retired` in the root of a sharing volume: its retirement records (see
     /// [`crate::io::retired`]).
     RetiredIds,
+    /// A sync client's copy of the directory's `cloakfs.dirid` (a conflict between two
+    /// devices; see [`crate::tools::dir_id_merge`]): entries may be named under its ID.
+    DirIdCopy,
     /// A reserved (`cloakfs.`) name that does not belong where it is, or that this version
     /// does not know.
     StrayReserved,
@@ -340,6 +343,15 @@ impl<'v> Walker<'v> {
             })
             .map(OsString::as_os_str)
             .collect();
+        // IDs of the directory's ID-file copies, under which a sync conflict's losing side
+        // named its entries.
+        let other_ids: Vec<DirId> = match (&dir_id, is_root) {
+            (Some(main), false) => crate::tools::dir_id_merge::copies(&dir, &names, main)
+                .into_iter()
+                .map(|(_, id)| id)
+                .collect(),
+            _ => Vec::new(),
+        };
         let mut subdirs = Vec::new();
         for name in &names {
             let backing = dir.join(name);
@@ -394,7 +406,12 @@ impl<'v> Walker<'v> {
             let Some(dir_id) = dir_id else {
                 continue; // counted in the directory's own problem
             };
-            let decrypted = decrypt_name(self.volume, &dir_id, &dir, name);
+            let decrypted = decrypt_name(self.volume, &dir_id, &dir, name).or_else(|e| {
+                other_ids
+                    .iter()
+                    .find_map(|id| decrypt_name(self.volume, id, &dir, name).ok())
+                    .ok_or(e)
+            });
             let (plain_name, long_name) = match decrypted {
                 Ok(x) => x,
                 Err((kind, detail)) => {
@@ -558,6 +575,8 @@ pub fn internal_kind(
         } else {
             InternalKind::OrphanSidecar
         }
+    } else if !is_root && crate::sync_folder::is_dir_id_copy(s.as_bytes()) {
+        InternalKind::DirIdCopy
     } else if s.starts_with(names::RESERVED_PREFIX) {
         InternalKind::StrayReserved
     } else {

@@ -7,7 +7,7 @@
 //! written and fsynced before its entry.
 
 use crate::error::{Error, Result};
-use crate::format::names::StoredName;
+use crate::format::names::{DirId, StoredName};
 use crate::io::file::ContentFile;
 use crate::tools::paths::{create_dir_id, read_dir_id, write_sidecar};
 use crate::volume::Volume;
@@ -34,6 +34,11 @@ impl<'v> Writer<'v> {
     /// The backing path that plaintext path `plain` would have: its parent must exist; the
     /// long name's sidecar is written if needed.
     fn prepare(&self, plain: &Path) -> Result<PathBuf> {
+        Ok(self.prepare_in(plain)?.0)
+    }
+
+    /// [`Self::prepare`], also giving the parent's directory ID.
+    fn prepare_in(&self, plain: &Path) -> Result<(PathBuf, DirId)> {
         let name = plain.file_name().ok_or(Error::InvalidName)?;
         let parent = crate::tools::paths::encrypt_path(
             self.volume,
@@ -43,7 +48,7 @@ impl<'v> Writer<'v> {
         let dir_id = read_dir_id(self.volume, &self.cipherdir, &parent)?;
         let stored = self.volume.names().encrypt(&dir_id, name.as_bytes())?;
         write_sidecar(&parent, &stored)?;
-        Ok(parent.join(stored.backing()))
+        Ok((parent.join(stored.backing()), dir_id))
     }
 
     /// The backing path of an existing plaintext path.
@@ -53,9 +58,10 @@ impl<'v> Writer<'v> {
 
     /// Creates directory `plain` with its directory ID; returns the backing path.
     pub fn mkdir(&self, plain: &Path) -> Result<PathBuf> {
-        let b = self.prepare(plain)?;
+        let (b, parent_id) = self.prepare_in(plain)?;
         std::fs::create_dir(&b)?;
-        create_dir_id(&b)?;
+        let name = plain.file_name().ok_or(Error::InvalidName)?;
+        create_dir_id(&b, self.volume.new_dir_id(&parent_id, name.as_bytes()))?;
         Ok(b)
     }
 

@@ -1,0 +1,210 @@
+//! Directories that hold sync clients' copies of their `cloakfs.dirid`: two devices gave one
+//! directory different IDs (made by versions before derived IDs), and the client kept one ID
+//! file and renamed the other (`sync_folder::is_dir_id_copy`). The entries the losing device
+//! named under its ID stay reachable: a name that does not decrypt under the directory's ID is
+//! tried under each copy's, and a plaintext name missing under the main ID is looked for under
+//! the others. New entries are always named under the main ID; `fsck --repair` merges.
+//!
+//! A directory's copies are found by the listing (which sees every name anyway) or, on a
+//! lookup miss in a directory not listed yet, by one scan; a directory without copies then
+//! costs nothing more.
+
+use crate::dir::ListEntry;
+use crate::fs::CloakFs;
+use crate::inode::Inode;
+use crate::sys::{self, errno, Res};
+use cloakfs_core::format::names::{Classified, DirId, StoredName};
+use cloakfs_core::sync_folder::is_dir_id_copy;
+use cloakfs_core::tools::paths::{parse_dir_id, DIRID_LEN};
+use rustix::fd::{AsFd, BorrowedFd};
+use rustix::fs::{AtFlags, RawDir};
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+
+/// A listed backing entry whose name does not decrypt under the directory's ID.
+pub(crate) struct Unnamed {
+    /// Where in the listing it belongs.
+    pub at: usize,
+    pub raw: Vec<u8>,
+    /// Why it is not named under the main ID.
+    pub why: &'static str,
+    pub ino: u64,
+    pub file_type: rustix::fs::FileType,
+    pub next: u64,
+}
+
+impl CloakFs {
+    /// The IDs in ID-file copies `names` of directory `dir` that differ from `main`
+    /// (unreadable or malformed copies are skipped: they name nothing).
+    pub(crate) fn read_dir_id_copies(
+        dir: BorrowedFd<'_>,
+        names: &[Vec<u8>],
+        main: Option<&DirId>,
+    ) -> Vec<DirId> {
+        let mut ids = Vec::new();
+        for n in names {
+            let Some(Ok(file)) = std::str::from_utf8(n)
+                .ok()
+                .map(|n| sys::open_internal(dir, n))
+            else {
+                continue;
+            };
+            let Ok(bytes) = sys::read_fd_small(file, DIRID_LEN) else {
+                continue;
+            };
+            if let Ok(id) = parse_dir_id(&bytes) {
+                if Some(&id) != main && !ids.contains(&id) {
+                    ids.push(id);
+                }
+            }
+        }
+        ids
+    }
+
+    /// The IDs of `dir`'s ID-file copies, scanning the directory once if no listing has.
+    pub(crate) fn other_dir_ids(&self, dir: &Inode) -> Res<Vec<DirId>> {
+        if let Some(ids) = dir.dir_id.others() {
+            return Ok(ids);
+        }
+        let main = self.dir_id(dir)?;
+        let rfd = sys::open_dir(dir.fd()).map_err(errno)?;
+        let mut buf = Vec::with_capacity(64 << 10);
+        let mut d = RawDir::new(&rfd, buf.spare_capacity_mut());
+        let mut copies = Vec::new();
+        while let Some(ent) = d.next() {
+            let ent = ent.map_err(errno)?;
+            let raw = ent.file_name().to_bytes();
+            if is_dir_id_copy(raw) {
+                copies.push(raw.to_vec());
+            }
+        }
+        let ids = Self::read_dir_id_copies(rfd.as_fd(), &copies, Some(&main));
+        dir.dir_id.set_others(ids.clone());
+        Ok(ids)
+    }
+
+    /// Decrypts backing name `raw` of directory `dir` under one of `others` (its ID-file
+    /// copies' IDs), if it decrypts under one.
+    pub(crate) fn decrypt_under_others(
+        &self,
+        others: &[DirId],
+        raw: &[u8],
+        sidecar: impl Fn(&str) -> Result<String, &'static str>,
+    ) -> Option<Vec<u8>> {
+        others.iter().find_map(|id| {
+            match self
+                .volume
+                .names()
+                .classify_entry(Some(id), raw, false, &sidecar)
+            {
+                Classified::Encrypted(p) => Some(p),
+                _ => None,
+            }
+        })
+    }
+
+    /// Where plaintext `name` of `dir`, stored as `main` under the directory's ID, is: under
+    /// another of its IDs if `main` is absent and an entry of that name exists there. Costs
+    /// nothing in a directory known to have no ID-file copies.
+    pub(crate) fn find_under_copies(
+        &self,
+        dir: &Inode,
+        name: &OsStr,
+        main: StoredName,
+    ) -> StoredName {
+        let Some(others) = dir.dir_id.others().filter(|o| !o.is_empty()) else {
+            return main;
+        };
+        let exists = |s: &StoredName| {
+            rustix::fs::statat(dir.fd(), s.backing(), AtFlags::SYMLINK_NOFOLLOW).is_ok()
+        };
+        if exists(&main) {
+            return main;
+        }
+        others
+            .iter()
+            .filter_map(|id| self.volume.names().encrypt(id, name.as_bytes()).ok())
+            .find(exists)
+            .unwrap_or(main)
+    }
+
+    /// After a lookup miss in `dir`: whether it has ID-file copies not yet known (one scan,
+    /// once per directory node), so the lookup is worth repeating.
+    pub(crate) fn learn_dir_id_copies(&self, dir: &Inode) -> bool {
+        dir.dir_id.others().is_none() && self.other_dir_ids(dir).is_ok_and(|o| !o.is_empty())
+    }
+
+    /// Names the entries of a listing of `dir` that did not decrypt under its ID `main` (kept
+    /// in `unnamed`) under the IDs of its ID-file copies `copies`, and puts them in their place
+    /// in `out`; returns how many it named. A full listing (`from` 0) remembers the copies'
+    /// IDs for lookups.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn name_under_copies(
+        &self,
+        dir: &Inode,
+        dfd: BorrowedFd<'_>,
+        main: Option<&DirId>,
+        from: u64,
+        copies: &[Vec<u8>],
+        unnamed: &mut Vec<Unnamed>,
+        out: &mut Vec<ListEntry>,
+        dev: u64,
+    ) -> usize {
+        let others = if from == 0 {
+            let ids = Self::read_dir_id_copies(dfd, copies, main);
+            dir.dir_id.set_others(ids.clone());
+            ids
+        } else {
+            self.other_dir_ids(dir).unwrap_or_default()
+        };
+        if others.is_empty() || unnamed.is_empty() {
+            return 0;
+        }
+        let mut named = Vec::new();
+        // A name taken under the main ID too is the one shown (and found by lookups) until
+        // `fsck --repair` renames the other: never two entries of one name.
+        let mut taken: std::collections::HashSet<OsString> =
+            out.iter().map(|e| e.name.clone()).collect();
+        unnamed.retain(|u| {
+            let plain = self.decrypt_under_others(&others, &u.raw, |b| Self::read_sidecar(dfd, b));
+            match plain {
+                Some(p) if taken.insert(OsString::from_vec(p.clone())) => {
+                    named.push((u.at, p, u.raw.clone(), u.ino, u.file_type, u.next));
+                    false
+                }
+                Some(_) => false,
+                None => true,
+            }
+        });
+        let count = named.len();
+        // From the last, so each earlier position still holds.
+        for (at, plain, raw, ino, file_type, next) in named.into_iter().rev() {
+            let Ok(backing) = String::from_utf8(raw) else {
+                continue;
+            };
+            let kind = match crate::dir::kind_of_dirent(file_type) {
+                Some(k) => k,
+                None => {
+                    match rustix::fs::statat(dfd, backing.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+                        Ok(st) => crate::attr::Meta::from_stat(&st)
+                            .kind()
+                            .unwrap_or(fuser::FileType::RegularFile),
+                        Err(_) => continue,
+                    }
+                }
+            };
+            out.insert(
+                at,
+                ListEntry {
+                    name: OsString::from_vec(plain),
+                    ino: self.inodes.number_hint(dev, ino),
+                    kind,
+                    backing: Some(backing),
+                    plain: false,
+                    next,
+                },
+            );
+        }
+        count
+    }
+}
