@@ -2,7 +2,8 @@
 # Symlink targets up to PATH_MAX - 1 (docs/FORMAT.md 10.1), end to end: made through a real
 # mount, read back after a remount, by `cloakfs cat` through the link, `cloakfs export`,
 # `cloakfs fsck`, after `cloakfs rekey`, and by the independent decryptor (which knows only
-# FORMAT.md). An orphaned long target is reported by fsck and removed by --repair. Needs root
+# FORMAT.md). An orphaned long target that does not open under its name (here a copy of another
+# one) is reported by fsck and removed by --repair. Needs root
 # (FUSE). Exits non-zero on any difference.
 set -eu
 

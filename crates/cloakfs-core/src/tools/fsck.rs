@@ -762,9 +762,32 @@ impl Checker<'_> {
                 .long_targets_used
                 .contains(name.to_str().unwrap_or_default())
             {
+                let n = name.to_string_lossy().into_owned();
+                let stored = format!("{}{n}", crate::format::meta::LONG_TARGET_PREFIX);
+                if crate::io::long_targets::read_target_at(
+                    self.volume.meta(),
+                    cipherdir,
+                    stored.as_bytes(),
+                )
+                .is_err()
+                {
+                    // Not a target any symlink could read (damaged, or a copy under another
+                    // file's name): no data of anyone's is lost by removing it.
+                    let p = self.push(
+                        ProblemKind::OrphanLongTarget,
+                        &backing,
+                        None,
+                        None,
+                        "long symlink target that no symlink points to and that does not open \
+                         under its name (damaged, or a copy of another): repair removes it"
+                            .into(),
+                        true,
+                    );
+                    self.repair(p, || std::fs::remove_file(&backing));
+                    continue;
+                }
                 // It may be the last remnant of a symlink a sync client replaced with
                 // another device's version: repair gives it a symlink again, never deletes it.
-                let n = name.to_string_lossy().into_owned();
                 let restored = format!("lost symlink {}", &n[..8.min(n.len())]);
                 let p = self.push(
                     ProblemKind::OrphanLongTarget,
