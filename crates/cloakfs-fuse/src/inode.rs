@@ -388,6 +388,18 @@ impl Inode {
         uncached
     }
 
+    /// Registers open handle `fh` that bypasses the page cache whatever else has the file
+    /// open: an O_APPEND handle on shared storage, whose writes land at the store's end of the
+    /// file, not where the kernel's cached size says it ends (pages the kernel cached of such
+    /// a write would hold it at the wrong offset). Handles opened while it is open bypass the
+    /// cache as well, as after [`Inode::opened`]. Returns true.
+    pub(crate) fn opened_uncached(&self, fh: u64) -> bool {
+        let mut st = self.state();
+        st.handles.insert(fh);
+        st.uncached.insert(fh);
+        true
+    }
+
     /// Registers open handle `fh` of a file its CREATE has just made. Until that handle is
     /// released, or a capability is set through this mount, the file is known to have no
     /// `security.capability`, which the kernel asks for before the first write after every

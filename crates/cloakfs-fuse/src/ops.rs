@@ -355,10 +355,15 @@ impl Filesystem for CloakFs {
                 let inode = self.node(ino).ok();
                 // An appending handle alone on its file bypasses the page cache (see
                 // `Inode::opened`): its writes then need no GETXATTR.
-                let append = flags.0 & libc::O_APPEND != 0 && self.uncached_writers;
-                let uncached = inode
-                    .as_ref()
-                    .is_some_and(|i| i.opened(fh, append && !i.is_plain()));
+                let append = flags.0 & libc::O_APPEND != 0;
+                let uncached = inode.as_ref().is_some_and(|i| {
+                    if append && self.coherence.sharing.is_shared() && !i.is_plain() {
+                        // Shared: its writes land at the store's end (see `write`).
+                        i.opened_uncached(fh)
+                    } else {
+                        i.opened(fh, append && self.uncached_writers && !i.is_plain())
+                    }
+                });
                 // A handle that cannot write has nothing to report at close: no FLUSH for it
                 // (the writeback cache flushes every handle regardless), unless its close must
                 // drop locks held on the shared store.
@@ -415,7 +420,7 @@ impl Filesystem for CloakFs {
         offset: u64,
         data: &[u8],
         write_flags: WriteFlags,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
@@ -432,7 +437,19 @@ impl Filesystem for CloakFs {
             if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
                 self.kill_suidgid(&inode)?;
             }
-            self.with_file(&inode, true, |f| f.write_at(offset, data))
+            // Shared: an O_APPEND write (not a page the kernel writes back) goes to the end
+            // of the file as the store has it under the file's lease, not to the offset the
+            // kernel took from its cached size, which other clients' appends have passed.
+            let append = self.coherence.sharing.is_shared()
+                && flags.0 & libc::O_APPEND != 0
+                && !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
+            self.with_file(&inode, true, |f| {
+                if append {
+                    f.append(data).map(|_| data.len())
+                } else {
+                    f.write_at(offset, data)
+                }
+            })
         });
         if let Err(e) = r {
             if write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
@@ -725,6 +742,14 @@ impl Filesystem for CloakFs {
                 let uncached = match self.node(attr.ino) {
                     Ok(inode) if made && !self.coherence.sharing.is_shared() => {
                         inode.created(fh, self.uncached_writers && !inode.is_plain())
+                    }
+                    // Shared: an appending handle's writes land at the store's end (`write`).
+                    Ok(inode)
+                        if flags & libc::O_APPEND != 0
+                            && self.coherence.sharing.is_shared()
+                            && !inode.is_plain() =>
+                    {
+                        inode.opened_uncached(fh)
                     }
                     Ok(inode) => inode.opened(fh, false),
                     Err(_) => false,

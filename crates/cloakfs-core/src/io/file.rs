@@ -488,7 +488,36 @@ impl ContentFile {
         if data.is_empty() {
             return Ok(0);
         }
-        let (hold, mut st) = self.changing()?;
+        let (hold, st) = self.changing()?;
+        self.write_held(hold, st, off, data)?;
+        Ok(data.len())
+    }
+
+    /// Writes `data` at the end of the file (an `O_APPEND` write); returns the plaintext
+    /// offset it was written at. The end is the one the state holds under the file's lease
+    /// (shared: read again from the store when the lease is taken, and unchanged by other
+    /// clients while it is held), not the size the caller last saw, so appends of any number
+    /// of clients land one after another, none over another's (see [`Self::write_at`] for a
+    /// failed write).
+    pub fn append(&self, data: &[u8]) -> Result<u64> {
+        if data.is_empty() {
+            return Ok(self.size());
+        }
+        let (hold, st) = self.changing()?;
+        let off = st.size;
+        self.write_held(hold, st, off, data)?;
+        Ok(off)
+    }
+
+    /// [`Self::write_at`] of non-empty `data` under `hold` and `st` (from `changing`), which
+    /// it lets go of before writing out a finished batch.
+    fn write_held(
+        &self,
+        hold: Option<LeaseGuard<'_>>,
+        mut st: RwLockWriteGuard<'_, State>,
+        off: u64,
+        data: &[u8],
+    ) -> Result<()> {
         let bs = self.layout().block_size();
         let end = if off >= st.size - st.size % bs {
             let old = self.old_end(&st)?;
@@ -504,7 +533,7 @@ impl ContentFile {
         if let Some(batch) = finished {
             batch.write_out(&self.file);
         }
-        Ok(data.len())
+        Ok(())
     }
 
     /// What a write from the partial last block on may change, to put back if it fails.
@@ -1559,6 +1588,28 @@ pub(crate) mod tests {
         want.extend_from_slice(b"more");
         want.extend_from_slice(&[8u8; 5000]);
         assert_eq!(read_all(&g), want);
+    }
+
+    #[test]
+    fn shared_appends_land_at_the_end_another_client_left() {
+        // Two open descriptions of one file stand for two clients: each appends after the
+        // other's last append, which its own cached size does not know of.
+        let (a, t) = new_file(false);
+        let a = a.with_sharing(Sharing::Shared);
+        let b = ContentFile::open(codec(false), clone(&t))
+            .unwrap()
+            .with_sharing(Sharing::Shared);
+        let mut want = Vec::new();
+        for i in 0..12u8 {
+            let f = if i % 2 == 0 { &a } else { &b };
+            let record = vec![b'a' + i; 1000 + 700 * usize::from(i)];
+            assert_eq!(f.append(&record).unwrap(), want.len() as u64, "append {i}");
+            want.extend_from_slice(&record);
+        }
+        a.settle().unwrap();
+        b.settle().unwrap();
+        let c = ContentFile::open(codec(false), clone(&t)).unwrap();
+        assert_eq!(read_all(&c), want);
     }
 
     #[test]
