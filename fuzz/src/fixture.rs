@@ -66,6 +66,7 @@ pub fn params(suite: ContentSuite, block_size: u64, strict_holes: bool) -> Volum
         file_keys: Default::default(),
         shared_header_mac: false,
         adopted: false,
+        listed: false,
         converted: false,
     }
 }

@@ -231,7 +231,7 @@ class Config:
             raise VolumeError("damaged config: strict holes with aes-256-xts")
         # Section 21: a converted adopted tree has no plaintext entry, like any volume.
         entries = vol.get("plaintext_entries")
-        if entries == "adopted":
+        if entries in ("adopted", "listed"):
             raise VolumeError("an adopted tree with plaintext entries left (section 21) "
                               "is not supported")
         if entries not in (None, "converted"):

@@ -37,7 +37,27 @@ pub fn unlock_at(args: &UnlockArgs, place: &Place) -> Result<Volume> {
     check_pinned(place, &config, &u)?;
     let volume = join_as_member(args, into_volume(config, u)?)?;
     volume.keep_retired_ids(&place.canonical);
+    volume.keep_plaintext_list(&place.canonical);
+    warn_about_plaintext_list(&volume);
     Ok(volume)
+}
+
+/// Says why an adopted tree shows fewer plaintext entries than it holds, or why it shows
+/// any that appear: its manifest is unusable, or it was adopted before manifests.
+fn warn_about_plaintext_list(volume: &Volume) {
+    let p = &volume.config().params;
+    if p.adopted && !p.listed {
+        eprintln!(
+            "Warning: this adopted tree has no manifest of its plaintext entries, so a \
+             plaintext file put into the cipher directory is shown as one of yours; run \
+             `cloakfs upgrade` to list the ones it holds."
+        );
+    } else if let Some(problem) = volume.plaintext_list_problem() {
+        eprintln!(
+            "Warning: the adopted tree's manifest of plaintext entries: {problem}; no \
+             plaintext entry is shown (mount with --accept-plaintext to see them all)."
+        );
+    }
 }
 
 /// A sharing volume opened with `--identity` opens its files as that member: the identities

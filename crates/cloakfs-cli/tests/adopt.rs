@@ -2,8 +2,8 @@
 //! plaintext and encrypted entries side by side, plaintext files read as they are and
 //! encrypted before any write (planted ones too), new files encrypted on disk, renames
 //! between the kinds, the collision rule, FUSE passthrough in use, `encrypt` killed with
-//! SIGKILL and resumed, a finished conversion refusing planted entries, and bad input in
-//! one line.
+//! SIGKILL and resumed, a finished conversion refusing planted entries, only the entries
+//! the tree held when adopted served (the manifest), and bad input in one line.
 
 mod common;
 
@@ -12,12 +12,18 @@ use std::path::{Path, PathBuf};
 
 /// A plaintext tree in `f.cipher`, adopted.
 fn adopted() -> Fixture {
+    adopted_with(|_| {})
+}
+
+/// The plaintext tree of [`adopted`], with what `prepare` adds to it, adopted.
+fn adopted_with(prepare: impl FnOnce(&Path)) -> Fixture {
     let f = Fixture::bare();
     std::fs::create_dir_all(f.cipher.join("docs/deep")).unwrap();
     std::fs::write(f.cipher.join("notes.txt"), "plain notes\n").unwrap();
     std::fs::write(f.cipher.join("README"), "no dot, stored form\n").unwrap();
     std::fs::write(f.cipher.join("docs/deep/a.md"), "deep file\n").unwrap();
     std::os::unix::fs::symlink("notes.txt", f.cipher.join("link")).unwrap();
+    prepare(&f.cipher);
     let out = f.init(&["--adopt"]);
     assert!(out.status.success(), "init --adopt: {}", stderr(&out));
     f
@@ -92,13 +98,15 @@ fn plaintext_and_encrypted_entries_live_side_by_side() {
         .collect();
     listed.sort();
     assert_eq!(listed, ["a.md", "secret.txt"]);
-    // Renames: a plaintext file stays plaintext under its new name; an encrypted file
-    // renamed over a plaintext one replaces it (the editor's save).
+    // Renames: a plaintext file is encrypted first (its new name is not in the manifest); an
+    // encrypted file renamed over a plaintext one replaces it (the editor's save).
     std::fs::rename(mnt.join("README"), mnt.join("README.old")).unwrap();
     assert_eq!(
-        std::fs::read_to_string(f.cipher.join("README.old")).unwrap(),
+        std::fs::read_to_string(mnt.join("README.old")).unwrap(),
         "no dot, stored form\n"
     );
+    assert!(!f.cipher.join("README").exists() && !f.cipher.join("README.old").exists());
+    assert_no_backing_file_holds(&f.cipher, &[b"no dot, stored form"]);
     std::fs::write(mnt.join("notes.tmp"), "saved by an editor\n").unwrap();
     std::fs::rename(mnt.join("notes.tmp"), mnt.join("notes.txt")).unwrap();
     assert_eq!(
@@ -109,9 +117,6 @@ fn plaintext_and_encrypted_entries_live_side_by_side() {
         !f.cipher.join("notes.txt").exists(),
         "the replaced plaintext is gone"
     );
-    // A plaintext file never replaces an encrypted one: EXDEV, which mv turns into a copy.
-    let e = std::fs::rename(mnt.join("README.old"), mnt.join("notes.txt")).unwrap_err();
-    assert_eq!(e.raw_os_error(), Some(libc::EXDEV));
     // Truncated through a handle, encrypted first; then unlinked.
     std::fs::OpenOptions::new()
         .write(true)
@@ -120,9 +125,8 @@ fn plaintext_and_encrypted_entries_live_side_by_side() {
         .set_len(2)
         .unwrap();
     assert_eq!(std::fs::read(mnt.join("README.old")).unwrap(), b"no");
-    assert!(!f.cipher.join("README.old").exists());
     std::fs::remove_file(mnt.join("README.old")).unwrap();
-    assert!(!f.cipher.join("README.old").exists());
+    assert!(!mnt.join("README.old").exists());
     // A plaintext directory with an encrypted entry is not empty; emptied, it goes.
     let e = std::fs::remove_dir(mnt.join("docs/deep")).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::ENOTEMPTY));
@@ -151,11 +155,21 @@ fn collisions_refuse_new_names_and_show_the_encrypted_entry() {
     let e = std::os::unix::fs::symlink("x", f.mnt.join("README")).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EEXIST));
     // Made outside the mount next to an encrypted entry of the same name: the encrypted
-    // one is shown, once, and fsck reports the other.
+    // one is shown, once, and fsck reports the other. A listed one (left by an interrupted
+    // `cloakfs encrypt`, here put back by hand) and one planted.
     std::fs::write(f.mnt.join("twin"), "encrypted twin\n").unwrap();
     m.unmount();
     std::fs::write(f.cipher.join("twin"), "plaintext twin\n").unwrap();
+    std::fs::rename(f.cipher.join("README"), f.tmp.path().join("README")).unwrap();
     let m = f.mounted(&[]);
+    std::fs::write(f.mnt.join("README"), "encrypted README\n").unwrap();
+    m.unmount();
+    std::fs::rename(f.tmp.path().join("README"), f.cipher.join("README")).unwrap();
+    let m = f.mounted(&[]);
+    assert_eq!(
+        std::fs::read_to_string(f.mnt.join("README")).unwrap(),
+        "encrypted README\n"
+    );
     assert_eq!(
         std::fs::read_to_string(f.mnt.join("twin")).unwrap(),
         "encrypted twin\n"
@@ -168,7 +182,15 @@ fn collisions_refuse_new_names_and_show_the_encrypted_entry() {
     m.unmount();
     let out = f.run(&["fsck", "--passfile", s(&f.pass), s(&f.cipher)]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("hidden by the encrypted entry"), "{text}");
+    let reported = |name: &str, what: &str| {
+        text.lines()
+            .any(|l| l.starts_with(name) && l.contains(what))
+    };
+    assert!(
+        reported("README", "hidden by the encrypted entry"),
+        "{text}"
+    );
+    assert!(reported("twin", "does not list"), "{text}");
     assert!(text.contains("/notes.txt: still plaintext"), "{text}");
     assert!(!out.status.success());
 }
@@ -180,9 +202,8 @@ fn passthrough_serves_plaintext_reads_without_the_daemon() {
         eprintln!("skipped: FUSE passthrough needs a root mount");
         return;
     }
-    let f = adopted();
     let big: Vec<u8> = (0..4 << 20).map(|i| (i % 253) as u8).collect();
-    std::fs::write(f.cipher.join("big.bin"), &big).unwrap();
+    let f = adopted_with(|d| std::fs::write(d.join("big.bin"), &big).unwrap());
     // Written in an earlier mount, so that the logged mount has nothing of it cached.
     let m = f.mounted(&[]);
     std::fs::write(f.mnt.join("enc.bin"), &big).unwrap();
@@ -306,8 +327,27 @@ fn bad_input_is_one_line() {
     std::fs::write(f.cipher.join("cloakfs.mine"), "x").unwrap();
     assert_fails(&f.init(&["--adopt"]), 2, "reserves");
     std::fs::remove_file(f.cipher.join("cloakfs.mine")).unwrap();
+    // What an `init --adopt` interrupted before its config leaves is written again.
+    std::fs::create_dir(f.cipher.join("sub")).unwrap();
+    std::fs::write(f.cipher.join("sub/cloakfs.dirid"), [7u8; 16]).unwrap();
+    std::fs::write(f.cipher.join("cloakfs.adopted"), "half written").unwrap();
     assert!(f.init(&["--adopt"]).status.success());
+    let out = f.run(&["fsck", "--passfile", s(&f.pass), s(&f.cipher)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     assert_fails(&f.init(&["--adopt"]), 2, "already holds a cloakfs volume");
+    // Its manifest is under the volume key: no rekey before the conversion finished.
+    let out = f.run(&["rekey", "--passfile", s(&f.pass), s(&f.cipher)]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("encrypt them first"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
     // encrypt: not on a mount, a directory without -r, a missing path.
     std::fs::write(f.tmp.path().join("loose"), "x").unwrap();
     assert_fails(
@@ -469,11 +509,13 @@ fn assert_no_backing_file_holds(dir: &Path, secrets: &[&[u8]]) {
 
 #[test]
 fn a_planted_plaintext_file_never_receives_the_users_writes() {
-    let f = adopted();
-    // Planted by the storage under names the user will write: empty, and with a line.
+    // Planted by the storage before the adoption, under a name the user will write: the
+    // manifest lists it as the user's, so writing encrypts it first.
+    let f = adopted_with(|d| std::fs::write(d.join("docs/journal.txt"), "planted\n").unwrap());
+    // Planted after: not shown at all, and the user's new file is encrypted beside it.
     std::fs::write(f.cipher.join("passwords.txt"), "").unwrap();
-    std::fs::write(f.cipher.join("docs/journal.txt"), "planted\n").unwrap();
     let m = f.mounted(&[]);
+    assert!(!f.mnt.join("passwords.txt").exists());
     std::fs::write(f.mnt.join("passwords.txt"), "hunter2 SECRET-ONE").unwrap();
     let mut a = std::fs::OpenOptions::new()
         .append(true)
@@ -491,7 +533,7 @@ fn a_planted_plaintext_file_never_receives_the_users_writes() {
     );
     m.unmount();
     assert_no_backing_file_holds(&f.cipher, &[b"SECRET-ONE", b"SECRET-TWO"]);
-    assert!(!f.cipher.join("passwords.txt").exists());
+    assert_eq!(std::fs::read(f.cipher.join("passwords.txt")).unwrap(), b"");
     assert!(!f.cipher.join("docs/journal.txt").exists());
     // The files are the user's, encrypted, after a remount too.
     let m = f.mounted(&[]);
@@ -515,37 +557,73 @@ fn backing_of_new(f: &Fixture, make: impl FnOnce()) -> String {
 }
 
 #[test]
-fn an_encrypted_file_replaced_by_plaintext_gets_no_plaintext_writes() {
+fn a_name_the_volume_knows_as_encrypted_is_never_served_as_plaintext() {
     let f = adopted();
     let m = f.mounted(&[]);
     let backing = backing_of_new(&f, || {
         std::fs::write(f.mnt.join("secret.txt"), "the user's first line\n").unwrap()
     });
+    // A listed plaintext file encrypted through the mount.
+    let out = f.run(&["encrypt", s(&f.mnt.join("notes.txt"))]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let notes = backing_names(&f.cipher)
+        .into_iter()
+        .find(|n| {
+            !n.starts_with("cloakfs.")
+                && n != &backing
+                && n.len() > 20
+                && std::fs::symlink_metadata(f.cipher.join(n)).is_ok_and(|m| m.is_file())
+        })
+        .expect("the encrypted notes.txt");
     m.unmount();
-    // The storage swaps the encrypted file for a plaintext one under its plaintext name.
-    std::fs::remove_file(f.cipher.join(&backing)).unwrap();
-    std::fs::write(f.cipher.join("secret.txt"), "attacker's line\n").unwrap();
+    // The storage swaps both encrypted files for plaintext under their plaintext names.
+    let swap = |backing: &str, name: &str| {
+        std::fs::remove_file(f.cipher.join(backing)).unwrap();
+        std::fs::write(f.cipher.join(name), "attacker's line\n").unwrap();
+    };
+    swap(&backing, "secret.txt");
+    swap(&notes, "notes.txt");
+    let check = |f: &Fixture, opts: &[&str]| {
+        let m = f.mounted(opts);
+        for name in ["secret.txt", "notes.txt"] {
+            let e = std::fs::symlink_metadata(f.mnt.join(name)).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{name} is served");
+            let listed = std::fs::read_dir(&f.mnt)
+                .unwrap()
+                .any(|e| e.unwrap().file_name() == name);
+            assert!(!listed, "{name} is listed");
+        }
+        // The user's next write goes into an encrypted file.
+        std::fs::write(f.mnt.join("secret.txt"), "SECRET-THREE\n").unwrap();
+        m.unmount();
+        assert_no_backing_file_holds(&f.cipher, &[b"SECRET-THREE"]);
+        assert_eq!(
+            std::fs::read_to_string(f.cipher.join("secret.txt")).unwrap(),
+            "attacker's line\n"
+        );
+        let out = f.run(&["fsck", "--passfile", s(&f.pass), s(&f.cipher)]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("does not list"), "{text}");
+        assert!(!out.status.success());
+    };
+    check(&f, &[]);
+    // A retired entry stays retired where the volume's records are deleted: this machine
+    // keeps its own copy.
+    std::fs::remove_dir_all(f.cipher.join("cloakfs.adopted.retired")).unwrap();
     let m = f.mounted(&[]);
-    let mut a = std::fs::OpenOptions::new()
-        .append(true)
-        .open(f.mnt.join("secret.txt"))
-        .unwrap();
-    std::io::Write::write_all(&mut a, b"SECRET-THREE\n").unwrap();
-    drop(a);
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(f.mnt.join("secret.txt"))
-        .unwrap();
+    assert!(
+        !f.mnt.join("notes.txt").exists(),
+        "served once the records went"
+    );
     m.unmount();
-    assert_no_backing_file_holds(&f.cipher, &[b"SECRET-THREE"]);
-    assert!(!f.cipher.join("secret.txt").exists());
 }
 
 #[test]
 fn a_plaintext_file_that_cannot_be_encrypted_is_not_opened_for_writing() {
-    let f = adopted();
-    std::fs::hard_link(f.cipher.join("notes.txt"), f.cipher.join("notes.bak")).unwrap();
-    std::fs::write(f.cipher.join("open.txt"), "kept\n").unwrap();
+    let f = adopted_with(|d| {
+        std::fs::hard_link(d.join("notes.txt"), d.join("notes.bak")).unwrap();
+        std::fs::write(d.join("open.txt"), "kept\n").unwrap();
+    });
     let m = f.mounted(&[]);
     let write = |name: &str| {
         std::fs::OpenOptions::new()
@@ -576,18 +654,19 @@ fn a_plaintext_file_that_cannot_be_encrypted_is_not_opened_for_writing() {
 
 #[test]
 fn after_encrypt_r_no_plaintext_entry_is_accepted_unless_the_user_says_so() {
-    let f = adopted();
-    let st = std::process::Command::new("mkfifo")
-        .arg(f.cipher.join("pipe"))
-        .status()
-        .unwrap();
-    assert!(st.success());
     // A long symlink target and long names: stored apart (FORMAT 9.3, 10.1).
     let long_target = "t".repeat(300);
-    std::os::unix::fs::symlink(&long_target, f.cipher.join("docs/longlink")).unwrap();
     let long_dir = "d".repeat(200);
-    std::fs::create_dir(f.cipher.join("docs").join(&long_dir)).unwrap();
-    std::fs::write(f.cipher.join("docs").join(&long_dir).join("in.txt"), "in\n").unwrap();
+    let f = adopted_with(|d| {
+        let st = std::process::Command::new("mkfifo")
+            .arg(d.join("pipe"))
+            .status()
+            .unwrap();
+        assert!(st.success());
+        std::os::unix::fs::symlink(&long_target, d.join("docs/longlink")).unwrap();
+        std::fs::create_dir(d.join("docs").join(&long_dir)).unwrap();
+        std::fs::write(d.join("docs").join(&long_dir).join("in.txt"), "in\n").unwrap();
+    });
     let m = f.mounted(&[]);
     let backing = backing_of_new(&f, || {
         std::fs::write(f.mnt.join("secret.txt"), "the user's secret\n").unwrap()
@@ -673,23 +752,214 @@ fn after_encrypt_r_no_plaintext_entry_is_accepted_unless_the_user_says_so() {
 #[test]
 fn encrypt_r_records_no_conversion_while_plaintext_is_left() {
     use std::os::unix::ffi::OsStrExt;
-    let f = adopted();
     // A name that is not UTF-8 is not served, so encrypt -r cannot see it.
     let odd = std::ffi::OsStr::from_bytes(b"caf\xe9.txt");
-    std::fs::write(f.cipher.join(odd), "unseen\n").unwrap();
+    let f = adopted_with(|d| std::fs::write(d.join(odd), "unseen\n").unwrap());
     let m = f.mounted(&[]);
     let out = f.run(&["encrypt", "-r", s(&f.mnt)]);
     assert_fails(&out, 5, "plaintext entries are left");
     m.unmount();
     let config = std::fs::read_to_string(f.cipher.join("cloakfs.conf")).unwrap();
-    assert!(config.contains("\"adopted\""), "{config}");
-    std::fs::remove_file(f.cipher.join(odd)).unwrap();
+    assert!(config.contains("\"listed\""), "{config}");
     // A directory with extended attributes is not renamed into an encrypted one.
-    std::fs::create_dir(f.cipher.join("tagged")).unwrap();
-    set_xattr(&f.cipher.join("tagged"), "user.tag", "x");
+    let f = adopted_with(|d| {
+        std::fs::create_dir(d.join("tagged")).unwrap();
+        set_xattr(&d.join("tagged"), "user.tag", "x");
+    });
     let m = f.mounted(&[]);
     let out = f.run(&["encrypt", "-r", s(&f.mnt)]);
     assert_fails(&out, 5, "extended attributes");
     m.unmount();
     assert_eq!(xattr(&f.cipher.join("tagged"), "user.tag"), "x");
+}
+
+#[test]
+fn a_plaintext_file_planted_after_adoption_is_never_shown() {
+    let f = adopted();
+    // Planted by the storage: a file under a name the user will use, one in a listed
+    // plaintext directory, and a directory of its own.
+    std::fs::write(f.cipher.join("passwords.txt"), "attacker's bytes\n").unwrap();
+    std::fs::write(f.cipher.join("docs/deep/b.md"), "attacker's bytes\n").unwrap();
+    std::fs::create_dir(f.cipher.join("planted")).unwrap();
+    std::fs::write(f.cipher.join("planted/x.txt"), "attacker's bytes\n").unwrap();
+    let m = f.mounted(&[]);
+    assert_eq!(
+        backing_names(&f.mnt),
+        ["README", "docs", "link", "notes.txt"]
+    );
+    assert_eq!(backing_names(&f.mnt.join("docs/deep")), ["a.md"]);
+    for p in [
+        "passwords.txt",
+        "docs/deep/b.md",
+        "planted",
+        "planted/x.txt",
+    ] {
+        let e = std::fs::symlink_metadata(f.mnt.join(p)).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{p} is served");
+    }
+    // The user's file of that name is a new encrypted one.
+    std::fs::write(f.mnt.join("passwords.txt"), "SECRET-FIVE").unwrap();
+    assert_eq!(
+        std::fs::read_to_string(f.mnt.join("passwords.txt")).unwrap(),
+        "SECRET-FIVE"
+    );
+    m.unmount();
+    assert_no_backing_file_holds(&f.cipher, &[b"SECRET-FIVE"]);
+    let out = f.run(&["fsck", "--passfile", s(&f.pass), s(&f.cipher)]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    for p in ["passwords.txt", "b.md", "planted"] {
+        assert!(
+            text.lines()
+                .any(|l| l.contains(p) && l.contains("does not list")),
+            "{p} not reported: {text}"
+        );
+    }
+    assert!(!out.status.success());
+    let dest = f.tmp.path().join("exported");
+    let out = f.run(&["export", "--passfile", s(&f.pass), s(&f.cipher), s(&dest)]);
+    assert!(out.status.success(), "export: {}", stderr(&out));
+    assert!(!dest.join("planted").exists());
+    assert_eq!(
+        std::fs::read_to_string(dest.join("passwords.txt")).unwrap(),
+        "SECRET-FIVE"
+    );
+    // A conversion of everything shown finishes: the planted entries are not the user's.
+    let m = f.mounted(&[]);
+    let out = f.run(&["encrypt", "-r", s(&f.mnt)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(backing_names(&f.mnt.join("docs/deep")), ["a.md"]);
+    m.unmount();
+    let config = std::fs::read_to_string(f.cipher.join("cloakfs.conf")).unwrap();
+    assert!(config.contains("\"converted\""), "{config}");
+}
+
+#[test]
+fn renamed_plaintext_entries_are_encrypted_and_stay_readable() {
+    let f = adopted();
+    let m = f.mounted(&[]);
+    std::fs::create_dir(f.mnt.join("archive")).unwrap();
+    // A file into another directory, a directory with its entries, a symlink.
+    std::fs::rename(f.mnt.join("notes.txt"), f.mnt.join("archive/notes.txt")).unwrap();
+    std::fs::rename(f.mnt.join("docs"), f.mnt.join("papers")).unwrap();
+    std::fs::rename(f.mnt.join("link"), f.mnt.join("archive/link")).unwrap();
+    let check = |mnt: &Path| {
+        assert_eq!(
+            std::fs::read_to_string(mnt.join("archive/notes.txt")).unwrap(),
+            "plain notes\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(mnt.join("papers/deep/a.md")).unwrap(),
+            "deep file\n"
+        );
+        assert_eq!(
+            std::fs::read_link(mnt.join("archive/link")).unwrap(),
+            PathBuf::from("notes.txt")
+        );
+        assert!(!mnt.join("notes.txt").exists() && !mnt.join("docs").exists());
+    };
+    check(&f.mnt);
+    // Written again under its new name: the write reaches the file.
+    std::fs::write(f.mnt.join("archive/notes.txt"), "plain notes\n").unwrap();
+    m.unmount();
+    let names = backing_names(&f.cipher);
+    for gone in ["notes.txt", "docs", "papers", "link", "archive"] {
+        assert!(!names.contains(&gone.to_string()), "{gone}: {names:?}");
+    }
+    assert_no_backing_file_holds(&f.cipher, &[b"plain notes"]);
+    let m = f.mounted(&[]);
+    check(&f.mnt);
+    m.unmount();
+    let out = f.run(&["fsck", "--passfile", s(&f.pass), s(&f.cipher)]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("does not list"), "{text}");
+}
+
+#[test]
+fn upgrade_lists_an_older_adopted_tree() {
+    // Made as cloakfs made adopted trees before manifests.
+    let f = Fixture::bare();
+    std::fs::create_dir_all(f.cipher.join("docs")).unwrap();
+    std::fs::write(f.cipher.join("docs/a.md"), "mine\n").unwrap();
+    let out = f
+        .bin()
+        .env("CLOAKFS_TEST_ADOPT_UNLISTED", "1")
+        .args(["init", "--passfile", s(&f.pass)])
+        .args(CHEAP_KDF)
+        .args(["--adopt", s(&f.cipher)])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let config = std::fs::read_to_string(f.cipher.join("cloakfs.conf")).unwrap();
+    assert!(config.contains("\"adopted\""), "{config}");
+    // Such a tree serves what is planted, and says so.
+    std::fs::write(f.cipher.join("early.txt"), "planted before the upgrade\n").unwrap();
+    let out = f.mount(&[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let m = MountGuard(f.mnt.clone());
+    assert!(
+        stderr(&out).contains("run `cloakfs upgrade`"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(f.mnt.join("early.txt").exists());
+    m.unmount();
+    let out = f.run(&["fsck", "--passfile", s(&f.pass), s(&f.cipher)]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("cloakfs upgrade"));
+    let out = f.run(&["upgrade", "--passfile", s(&f.pass), s(&f.cipher)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("listed its 3 plaintext entries"), "{said}");
+    let out = f.run(&["upgrade", "--passfile", s(&f.pass), s(&f.cipher)]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("current format already"));
+    // What it held is served; what is planted from now on is not.
+    std::fs::write(f.cipher.join("late.txt"), "planted after\n").unwrap();
+    let out = f.mount(&[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let m = MountGuard(f.mnt.clone());
+    assert!(!stderr(&out).contains("Warning"), "{}", stderr(&out));
+    assert_eq!(backing_names(&f.mnt), ["docs", "early.txt"]);
+    assert_eq!(
+        std::fs::read_to_string(f.mnt.join("docs/a.md")).unwrap(),
+        "mine\n"
+    );
+    m.unmount();
+}
+
+#[test]
+fn a_changed_manifest_shows_no_plaintext_until_the_user_accepts_it() {
+    let f = adopted();
+    let other = adopted();
+    // Another volume's manifest (a valid one, under another key), then a cut one.
+    for bad in [
+        std::fs::read(other.cipher.join("cloakfs.adopted")).unwrap(),
+        std::fs::read(f.cipher.join("cloakfs.adopted")).unwrap()[..40].to_vec(),
+    ] {
+        std::fs::write(f.cipher.join("cloakfs.adopted"), &bad).unwrap();
+        let out = f.mount(&[]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let m = MountGuard(f.mnt.clone());
+        assert!(
+            stderr(&out).contains("no plaintext entry is shown"),
+            "{}",
+            stderr(&out)
+        );
+        assert_eq!(backing_names(&f.mnt), Vec::<String>::new());
+        // A conversion is not recorded as finished: the entries are hidden, not gone.
+        let out = f.run(&["encrypt", "-r", s(&f.mnt)]);
+        assert!(!out.status.success());
+        m.unmount();
+        let out = f.run(&["fsck", "--passfile", s(&f.pass), s(&f.cipher)]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("cloakfs.adopted"), "{text}");
+        assert!(!out.status.success());
+    }
+    // The user's explicit opt-in serves them all.
+    let m = f.mounted(&["--accept-plaintext"]);
+    assert_eq!(
+        std::fs::read_to_string(f.mnt.join("notes.txt")).unwrap(),
+        "plain notes\n"
+    );
+    m.unmount();
+    let config = std::fs::read_to_string(f.cipher.join("cloakfs.conf")).unwrap();
+    assert!(config.contains("\"listed\""), "{config}");
 }

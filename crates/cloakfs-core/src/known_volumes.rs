@@ -566,6 +566,7 @@ impl RootCensus {
 pub fn root_census(volume: &Volume, cipherdir: &Path) -> Result<RootCensus> {
     let root = volume.root_dir_id();
     let adopted = volume.config().params.adopted;
+    volume.keep_plaintext_list(cipherdir);
     let mut census = RootCensus::default();
     for entry in fs::read_dir(cipherdir)? {
         let name = entry?.file_name();
@@ -578,7 +579,9 @@ pub fn root_census(volume: &Volume, cipherdir: &Path) -> Result<RootCensus> {
                     .map_err(|_| "no readable sidecar")
             });
         let foreign = match class {
-            Classified::Encrypted(_) | Classified::Plain => false,
+            Classified::Encrypted(_) => false,
+            // A plaintext entry the tree's manifest does not list is not the user's.
+            Classified::Plain => !volume.plaintext_listed(Some(&root), raw),
             Classified::Undecryptable(_) => true,
             Classified::Internal => {
                 !raw.starts_with(RESERVED_PREFIX.as_bytes())
@@ -591,7 +594,7 @@ pub fn root_census(volume: &Volume, cipherdir: &Path) -> Result<RootCensus> {
             census
                 .example
                 .get_or_insert_with(|| name.to_string_lossy().into_owned());
-        } else if !matches!(class, Classified::Internal) {
+        } else if matches!(class, Classified::Encrypted(_) | Classified::Plain) {
             census.own += 1;
         }
     }

@@ -10,6 +10,7 @@ use crate::format::dir_ids::DirIdKey;
 use crate::format::filekey::{HeaderMacKey, Member};
 use crate::format::meta::MetaCodec;
 use crate::format::names::{DirId, NameCodec};
+use crate::io::plain_list::{ManifestKey, PlainList};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -22,6 +23,11 @@ pub fn header_mac_key(config: &VolumeConfig, mk: &MasterKey) -> HeaderMacKey {
     )
 }
 
+/// The key of adopted tree `p`'s manifest under master key `mk` (FORMAT.md section 21.1).
+pub fn manifest_key(p: &VolumeParams, mk: &MasterKey) -> ManifestKey {
+    ManifestKey::new(mk.subkey(&p.volume_id, label::ADOPTED))
+}
+
 /// The codecs of an unlocked volume. Dropping it wipes every key.
 #[derive(Debug)]
 pub struct Volume {
@@ -32,6 +38,8 @@ pub struct Volume {
     dir_ids: DirIdKey,
     master_key: MasterKey,
     unlocked_slot: Option<(u32, crate::slots::Kek)>,
+    /// An adopted tree's plaintext entries, once [`Self::keep_plaintext_list`] loaded them.
+    plain_list: std::sync::OnceLock<PlainList>,
 }
 
 impl Volume {
@@ -69,6 +77,7 @@ impl Volume {
             dir_ids,
             master_key: mk.clone(),
             unlocked_slot: None,
+            plain_list: std::sync::OnceLock::new(),
         })
     }
 
@@ -88,8 +97,25 @@ impl Volume {
         let mut config = VolumeConfig::new(params);
         config.add_passphrase_slot(&mk, pass, kdf, "", SlotRandomness::fresh())?;
         config.seal(&mk);
+        Self::save_new(cipherdir, config, &mk)
+    }
+
+    /// Saves new volume `config` in `cipherdir`; an adopted tree's manifest of plaintext
+    /// entries first, so that the volume never exists without it.
+    fn save_new(cipherdir: &Path, config: VolumeConfig, mk: &MasterKey) -> Result<Self> {
+        let p = &config.params;
+        if p.listed {
+            let key = manifest_key(p, mk);
+            let tags = crate::io::plain_list::tags_of_tree(
+                cipherdir,
+                &key,
+                DirId(p.volume_id),
+                &|_, _| true,
+            )?;
+            crate::io::plain_list::write_manifest(cipherdir, &key, &tags)?;
+        }
         config.save(cipherdir)?;
-        Self::from_master_key(config, &mk)
+        Self::from_master_key(config, mk)
     }
 
     /// Creates a volume with no stored key (Cryptfs/CFS style): the master key is
@@ -109,8 +135,7 @@ impl Volume {
         }
         let (config, mk) =
             VolumeConfig::new_no_stored_key(params, pass, kdf, crate::crypto::random::array())?;
-        config.save(cipherdir)?;
-        Self::from_master_key(config, &mk)
+        Self::save_new(cipherdir, config, &mk)
     }
 
     /// Creates a volume whose config is the new file `config_file` (refused if it exists),
@@ -194,6 +219,58 @@ impl Volume {
             self.master_key.subkey(id, label::SHARE_RETIRED),
             local,
         )));
+    }
+
+    /// Has an adopted tree serve only the plaintext entries its manifest in `cipherdir` lists
+    /// (FORMAT.md section 21.1), retired ones also known from this user's record on this
+    /// machine. Nothing on other volumes, and nothing after the first call.
+    pub fn keep_plaintext_list(&self, cipherdir: &Path) {
+        let p = &self.config.params;
+        if !p.listed {
+            return;
+        }
+        self.plain_list.get_or_init(|| {
+            let local = crate::known_volumes::state_dir().ok().map(|d| {
+                d.join("adopted-retired")
+                    .join(crate::format::encoding::b64(&p.volume_id))
+            });
+            PlainList::load(cipherdir, manifest_key(p, &self.master_key), local)
+        });
+    }
+
+    /// Whether plaintext entry `name` of the directory with ID `dir` (None: a directory
+    /// without one) may be served: on an adopted tree with a manifest, only an entry it lists
+    /// and that was not retired (and none before [`Self::keep_plaintext_list`]); on one
+    /// adopted before manifests, every one.
+    pub fn plaintext_listed(&self, dir: Option<&DirId>, name: &[u8]) -> bool {
+        if !self.config.params.listed {
+            return true;
+        }
+        match (dir, self.plain_list.get()) {
+            (Some(dir), Some(list)) => list.is_listed(dir, name),
+            _ => false,
+        }
+    }
+
+    /// Retires listed plaintext entry `name` of `dir` (it was encrypted or removed): that
+    /// name is not served as plaintext there again.
+    pub fn retire_plaintext(&self, dir: &DirId, name: &[u8]) -> Result<()> {
+        match self.plain_list.get() {
+            Some(list) => list.retire(dir, name),
+            None => Ok(()),
+        }
+    }
+
+    /// Why an adopted tree serves no plaintext entry at all: its manifest is missing or does
+    /// not authenticate.
+    pub fn plaintext_list_problem(&self) -> Option<String> {
+        if !self.config.params.listed {
+            return None;
+        }
+        match self.plain_list.get() {
+            Some(list) => list.problem().map(str::to_string),
+            None => Some("not loaded".into()),
+        }
     }
 
     /// Records which slot opened the volume and that slot's KEK, so `rekey` can re-wrap the
@@ -281,7 +358,13 @@ pub fn check_adoptable(dir: &Path) -> Result<()> {
         for entry in std::fs::read_dir(&d)? {
             let entry = entry?;
             let name = entry.file_name();
-            if !crate::format::names::is_adoptable(name.as_encoded_bytes()) {
+            // What an interrupted `init --adopt` leaves (no config was written): written again.
+            let left_by_init = name == crate::format::names::DIRID_FILE
+                || d == dir
+                    && name
+                        .to_str()
+                        .is_some_and(crate::io::plain_list::is_manifest_file);
+            if !left_by_init && !crate::format::names::is_adoptable(name.as_encoded_bytes()) {
                 return refuse(
                     std::io::ErrorKind::InvalidInput,
                     format!(

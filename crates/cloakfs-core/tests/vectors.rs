@@ -141,6 +141,7 @@ fn params() -> VolumeParams {
         file_keys: Default::default(),
         shared_header_mac: false,
         adopted: false,
+        listed: false,
         converted: false,
     }
 }

@@ -416,17 +416,18 @@ impl<T: Tree> Daemon<T> {
         .map_err(|e| format!("{}: {e}", r.cipherdir))?;
         let mut volume = Volume::from_master_key(config, key)
             .map_err(|e| format!("the key does not open {}: {e}", r.cipherdir))?;
+        // Through the attach's descriptor, not the path (which may have changed since).
+        let at = PathBuf::from(format!(
+            "/proc/self/fd/{}",
+            std::os::fd::AsRawFd::as_raw_fd(&fd)
+        ));
         if let Some(m) = member {
             volume = volume
                 .join_as(m)
                 .map_err(|e| format!("{}: {e}", r.cipherdir))?;
-            // Through the attach's descriptor, not the path (which may have changed since).
-            let at = PathBuf::from(format!(
-                "/proc/self/fd/{}",
-                std::os::fd::AsRawFd::as_raw_fd(&fd)
-            ));
             volume.keep_retired_ids(&at);
         }
+        volume.keep_plaintext_list(&at);
         // Reserve the name, then ask the tree without holding the registry.
         let mut ids = peer.clone();
         let mut tries = 0;

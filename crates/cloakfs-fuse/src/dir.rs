@@ -280,8 +280,11 @@ impl CloakFs {
                         })
                     });
                     // The encrypted entry of the same name is the one shown; a name that is
-                    // not text cannot be served.
-                    if shadowed || std::str::from_utf8(raw).is_err() {
+                    // not text cannot be served, nor one the tree's manifest does not list.
+                    if shadowed
+                        || std::str::from_utf8(raw).is_err()
+                        || !self.plain_served(id.as_ref(), raw)
+                    {
                         continue;
                     }
                     (raw.to_vec(), true)

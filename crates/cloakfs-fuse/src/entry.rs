@@ -125,8 +125,9 @@ impl CloakFs {
         let stored = match self.resolve(&p, name)? {
             Resolved::Encrypted(stored) => stored,
             Resolved::Plain(backing) => {
-                return rustix::fs::unlinkat(p.fd(), backing.as_str(), AtFlags::empty())
-                    .map_err(errno)
+                rustix::fs::unlinkat(p.fd(), backing.as_str(), AtFlags::empty()).map_err(errno)?;
+                self.retire_plain(&p, backing.as_bytes());
+                return Ok(());
             }
             Resolved::Absent => return Err(Errno::ENOENT),
         };
@@ -176,7 +177,11 @@ impl CloakFs {
         let p = self.node(parent)?;
         match self.resolve(&p, name)? {
             Resolved::Encrypted(stored) => self.remove_dir(&p, &stored),
-            Resolved::Plain(backing) => self.remove_dir(&p, &StoredName::Short(backing)),
+            Resolved::Plain(backing) => {
+                self.remove_dir(&p, &StoredName::Short(backing.clone()))?;
+                self.retire_plain(&p, backing.as_bytes());
+                Ok(())
+            }
             Resolved::Absent => Err(Errno::ENOENT),
         }
     }
@@ -233,6 +238,12 @@ impl CloakFs {
         let np = self.node(newparent)?;
         let from = match self.resolve(&p, name)? {
             Resolved::Encrypted(stored) => stored,
+            Resolved::Plain(_) if self.encrypts_to_rename() => {
+                let stored = self.encrypt_to_rename(&p, name)?;
+                // The kernel's node of the name is the plaintext object's.
+                self.forget_name_later(np.nodeid, newname);
+                stored
+            }
             Resolved::Plain(backing) => {
                 return self.rename_plain(&p, &backing, &np, newname, flags)
             }
@@ -301,6 +312,7 @@ impl CloakFs {
                     );
                 }
             }
+            self.retire_plain(&np, plain.as_bytes());
         }
         Ok(())
     }

@@ -85,6 +85,8 @@ pub(crate) struct Inode {
     /// Plaintext length of the symlink target (symlinks never change).
     pub(crate) symlink_len: OnceLock<u64>,
     open: Mutex<OpenState>,
+    /// Signalled when a handle closes (see [`Inode::wait_closed`]).
+    closed: std::sync::Condvar,
     /// The table's clock when a request last used this node (for pruning).
     last_used: AtomicU64,
     /// A plaintext entry of an adopted tree (see `plain`).
@@ -127,6 +129,7 @@ impl Inode {
             dir_id: Default::default(),
             symlink_len: OnceLock::new(),
             open: Mutex::new(OpenState::default()),
+            closed: std::sync::Condvar::new(),
             last_used: AtomicU64::new(0),
             plain: std::sync::atomic::AtomicBool::new(false),
             refreshed: AtomicU64::new(0),
@@ -163,9 +166,16 @@ impl Inode {
         (age < within).then_some(age)
     }
 
-    /// Whether any open handle has the node.
-    pub(crate) fn has_handles(&self) -> bool {
-        !self.state().handles.is_empty()
+    /// Whether no open handle has the node, waiting up to `limit` for the last ones to close:
+    /// the kernel sends a RELEASE after close(2) returned, so a handle its user closed may
+    /// still be open here for a moment.
+    pub(crate) fn wait_closed(&self, limit: std::time::Duration) -> bool {
+        let st = self.state();
+        let (st, _) = self
+            .closed
+            .wait_timeout_while(st, limit, |st| !st.handles.is_empty())
+            .unwrap_or_else(|e| e.into_inner());
+        st.handles.is_empty()
     }
 
     /// Marks the node as a plaintext entry of an adopted tree.
@@ -455,6 +465,9 @@ impl Inode {
             if handles.is_empty() {
                 st.lost = None;
             }
+        }
+        if st.handles.is_empty() {
+            self.closed.notify_all();
         }
     }
 

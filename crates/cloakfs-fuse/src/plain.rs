@@ -17,7 +17,13 @@
 //!
 //! Whether plaintext entries are served at all is [`PlainFiles::new`]'s: an adopted tree,
 //! or a converted one (`plaintext_entries = "converted"`, recorded by `finish_conversion`)
-//! that the user mounted with `--accept-plaintext`.
+//! that the user mounted with `--accept-plaintext`. Which ones, the tree's manifest's
+//! (`io::plain_list`, FORMAT.md section 21.1): only the entries the tree held when it was
+//! adopted, and none of those once encrypted or removed (retired), so a plaintext file the
+//! storage puts under any name is never shown as the user's, and no write goes into it.
+//! A listed entry renamed through the mount is encrypted first ([`CloakFs::encrypt_to_rename`]),
+//! since its new name is not listed. `--accept-plaintext` serves every plaintext entry, as
+//! trees adopted before manifests do (`cloakfs upgrade` lists theirs).
 
 use crate::fs::CloakFs;
 use crate::inode::{Inode, Kind};
@@ -132,6 +138,29 @@ impl CloakFs {
         self.dir_id(dir).map(Some)
     }
 
+    /// Whether plaintext entry `name` of the directory with ID `id` is served: one its
+    /// manifest lists, or any where the user accepts them all.
+    pub(crate) fn plain_served(&self, id: Option<&DirId>, name: &[u8]) -> bool {
+        self.plain.accept || self.volume.plaintext_listed(id, name)
+    }
+
+    /// Retires plaintext entry `name` of `dir` (encrypted or removed through this mount), so
+    /// that a plaintext entry of that name is not served there again; a failure is logged
+    /// (the entry itself is gone or encrypted already).
+    pub(crate) fn retire_plain(&self, dir: &Inode, name: &[u8]) {
+        let Ok(Some(id)) = self.dir_id_if_any(dir) else {
+            return;
+        };
+        if let Err(e) = self.volume.retire_plaintext(&id, name) {
+            tracing::warn!(
+                "{}/{}: cannot record that this plaintext entry is gone, so a plaintext file \
+                 put under its name would be shown: {e}",
+                sys::describe(dir.fd()),
+                String::from_utf8_lossy(name)
+            );
+        }
+    }
+
     /// Whether plaintext `name` is a plaintext entry of adopted directory `dir` (ID `id`).
     fn is_plain_entry(&self, dir: &Inode, id: Option<&DirId>, name: &OsStr) -> Option<String> {
         let bytes = name.as_bytes();
@@ -146,7 +175,7 @@ impl CloakFs {
             .volume
             .names()
             .classify_entry(id, bytes, true, |_| Err("not a long name"));
-        (class == Classified::Plain).then(|| name.to_string())
+        (class == Classified::Plain && self.plain_served(id, bytes)).then(|| name.to_string())
     }
 
     /// What plaintext `name` of `dir` refers to: the encrypted entry if it exists (it wins a
@@ -468,6 +497,16 @@ impl CloakFs {
     /// resumed run removes the plaintext. A directory (given its ID first) or a special file
     /// keeps its object and is renamed to its stored name.
     pub(crate) fn encrypt_in_place(&self, dir: &Inode, name: &OsStr) -> Res<Encrypted> {
+        let done = self.convert_in_place(dir, name)?;
+        // The kernel's name now leads to the plaintext: it must look it up again.
+        if let Some(n) = self.pruner.notifier() {
+            let _ = n.inval_entry(fuser::INodeNo(dir.nodeid), name);
+        }
+        Ok(done)
+    }
+
+    /// [`Self::encrypt_in_place`] without telling the kernel.
+    fn convert_in_place(&self, dir: &Inode, name: &OsStr) -> Res<Encrypted> {
         self.writable()?;
         if !self.adopted() {
             return Err(Errno::EOPNOTSUPP);
@@ -508,7 +547,7 @@ impl CloakFs {
             if self
                 .inodes
                 .by_key(st.st_dev, st.st_ino)
-                .is_some_and(|i| i.has_handles())
+                .is_some_and(|i| !i.wait_closed(std::time::Duration::from_secs(1)))
             {
                 return Err(Errno::EBUSY);
             }
@@ -543,6 +582,8 @@ impl CloakFs {
                 let _ = rustix::fs::unlinkat(dfd, tmp.as_str(), AtFlags::empty());
                 return Err(e);
             }
+            // The encrypted entry exists: the name is not to be plaintext again.
+            self.retire_plain(dir, plain.as_bytes());
             rustix::fs::unlinkat(dfd, plain.as_str(), AtFlags::empty()).map_err(errno)?;
         } else {
             if let Some(sub) = &subdir {
@@ -566,13 +607,52 @@ impl CloakFs {
             if let Some(node) = self.inodes.by_key(st.st_dev, st.st_ino) {
                 node.mark_encrypted();
             }
+            self.retire_plain(dir, plain.as_bytes());
         }
         sys::sync_dir(dfd).map_err(errno)?;
-        // The kernel's name now leads to the plaintext: it must look it up again.
-        if let Some(n) = self.pruner.notifier() {
-            let _ = n.inval_entry(fuser::INodeNo(dir.nodeid), name);
-        }
         Ok(Encrypted::Now)
+    }
+
+    /// Encrypts listed plaintext entry `name` of `dir` so that it can be renamed: its new
+    /// name would not be listed, so as plaintext it would vanish. The kernel is told to look
+    /// the name up again once the rename's locks are released. Where it cannot be encrypted
+    /// in place (other hard links, open, a directory with extended attributes) EXDEV, after
+    /// which `mv` copies it through the mount, which encrypts it.
+    pub(crate) fn encrypt_to_rename(&self, dir: &Inode, name: &OsStr) -> Res<StoredName> {
+        match self.convert_in_place(dir, name) {
+            Ok(_) => {}
+            Err(Errno::EMLINK | Errno::EBUSY | Errno::EXDEV) => return Err(Errno::EXDEV),
+            Err(e) => return Err(e),
+        }
+        self.forget_name_later(dir.nodeid, name);
+        match self.resolve(dir, name)? {
+            Resolved::Encrypted(stored) => Ok(stored),
+            _ => Err(Errno::EIO),
+        }
+    }
+
+    /// Has the kernel forget name `name` of directory `dir` from a thread of its own: during
+    /// a rename the kernel holds the directory's lock, which the invalidation waits for.
+    pub(crate) fn forget_name_later(&self, dir: u64, name: &OsStr) {
+        let Some(n) = self.pruner.notifier().cloned() else {
+            return;
+        };
+        let name = name.to_os_string();
+        let spawned = std::thread::Builder::new()
+            .name("cloakfs-forget".into())
+            .spawn(move || {
+                // ENOENT: gone already; nothing to do either way.
+                let _ = n.inval_entry(fuser::INodeNo(dir), &name);
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("cannot start a thread to have the kernel look a name up again: {e}");
+        }
+    }
+
+    /// Whether this mount encrypts a plaintext entry before renaming it (a tree with a
+    /// manifest, whose renamed entries it would not list).
+    pub(crate) fn encrypts_to_rename(&self) -> bool {
+        self.volume.config().params.listed
     }
 
     /// Plaintext directory `name` of `dfd`, opened, if it can be encrypted by a rename: its
@@ -697,6 +777,14 @@ impl CloakFs {
         }
         if !self.volume.config().params.adopted {
             return Err(Errno::EOPNOTSUPP);
+        }
+        if let Some(problem) = self.volume.plaintext_list_problem() {
+            // Its plaintext entries are hidden, not gone.
+            tracing::warn!(
+                "the adopted tree's manifest: {problem}; the conversion is not recorded as \
+                 finished"
+            );
+            return Err(Errno::EIO);
         }
         let _one_at_a_time = self
             .plain

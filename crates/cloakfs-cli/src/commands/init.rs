@@ -128,6 +128,9 @@ fn volume_params(args: &InitArgs) -> VolumeParams {
     }
     params.long_name_max = args.long_name_max;
     params.adopted = args.adopt;
+    // Tests make trees as cloakfs made them before manifests (FORMAT.md section 21.1).
+    params.listed =
+        args.adopt && std::env::var_os("CLOAKFS_TEST_ADOPT_UNLISTED").is_none_or(|v| v != "1");
     params
 }
 
@@ -164,7 +167,8 @@ pub fn create(args: &InitArgs, pass: &Passphrase) -> Result<()> {
     if args.adopt {
         println!(
             "Adopted the plaintext tree: its files stay plaintext until `cloakfs encrypt`; new \
-             files are encrypted. Old plaintext may remain on the disk's free blocks."
+             files are encrypted. Only the plaintext entries there now are ever shown; one \
+             that appears later is not. Old plaintext may remain on the disk's free blocks."
         );
     }
     remember(&args.cipherdir, &params, &fp);

@@ -69,8 +69,9 @@ pub struct MountArgs {
     /// directory lies on a network file system (docs/SHARED-STORAGE.md).
     #[arg(long)]
     pub shared_storage: bool,
-    /// Serve the plaintext entries of an adopted tree whose conversion finished, as before it
-    /// did (`cloakfs encrypt` then encrypts them); without it, such a tree serves none.
+    /// Serve every plaintext entry of an adopted tree, also those its manifest does not list
+    /// (that appeared after the adoption), and those of a tree whose conversion finished
+    /// (`cloakfs encrypt` then encrypts them); without it, only listed ones are served.
     #[arg(long)]
     pub accept_plaintext: bool,
     /// This mount is the only one of the cipher directory, even on a network file system:

@@ -23,15 +23,24 @@ pub fn run(args: UpgradeArgs) -> Result<()> {
     })?;
     let volume = crate::unlock::unlock(&args.unlock, &cipherdir)?;
     let done = upgrade::upgrade(&volume, &cipherdir)?;
-    if done.config {
+    if !done.config {
+        println!("{} is in the current format already", cipherdir.display());
+        return Ok(());
+    }
+    if volume.is_sharing() && !volume.config().params.shared_header_mac {
         println!(
             "upgraded {}: {} file headers authenticated under the volume key; from now on a \
              file header made without the volume key is refused",
             cipherdir.display(),
             done.headers
         );
-    } else {
-        println!("{} is in the current format already", cipherdir.display());
+    }
+    if let Some(n) = done.plaintext_listed {
+        println!(
+            "upgraded {}: listed its {n} plaintext entries; from now on a plaintext entry that \
+             appears in the cipher directory is not shown",
+            cipherdir.display()
+        );
     }
     Ok(())
 }

@@ -40,6 +40,9 @@ pub mod label {
     pub const SHARE_HEADER: &str = "share-header";
     /// HMAC-SHA256 key of a sharing volume's retirement records (docs/FORMAT.md section 18.8).
     pub const SHARE_RETIRED: &str = "share-retired";
+    /// HMAC-SHA256 key of an adopted tree's manifest of plaintext entries and its retired
+    /// entries (docs/FORMAT.md section 21.1).
+    pub const ADOPTED: &str = "adopted manifest";
     /// HMAC-SHA256 key new directory IDs are derived with (docs/FORMAT.md section 9.2).
     pub const DIR_ID: &str = "directory id";
     /// The master key's public fingerprint, which a machine remembers per volume (key pinning).

@@ -54,9 +54,15 @@ pub struct VolumeParams {
     /// Whether an all-zero block is tampering (strict) rather than a hole.
     pub strict_holes: bool,
     /// An adopted plaintext tree (`init --adopt`): backing entries whose names do not decrypt
-    /// are plaintext entries, served as they are. Stored as `plaintext_entries = "adopted"`,
-    /// and only then, so a normal volume never treats a stray file as plaintext.
+    /// are plaintext entries, served as they are. Stored as `plaintext_entries = "listed"`
+    /// (with `listed`) or, made by an older cloakfs, `"adopted"`; never on a normal volume, so
+    /// that it never treats a stray file as plaintext.
     pub adopted: bool,
+    /// An adopted tree whose plaintext entries are the ones its manifest lists
+    /// (`cloakfs.adopted`, FORMAT.md section 21.1): no other backing entry is served as
+    /// plaintext. Only with `adopted`; set at `init --adopt`, and by `cloakfs upgrade` on
+    /// trees adopted before manifests.
+    pub listed: bool,
     /// An adopted tree whose conversion finished (`cloakfs encrypt -r` of the whole volume
     /// left no plaintext entry; never with `adopted`): from then on no backing entry is
     /// plaintext, as in a volume that never was adopted. Stored as
@@ -94,6 +100,7 @@ impl VolumeParams {
             file_keys: FileKeys::Derived,
             shared_header_mac: false,
             adopted: false,
+            listed: false,
             converted: false,
         }
     }
@@ -126,7 +133,8 @@ impl VolumeParams {
             f.insert("shared_header_mac".into(), SHARED_HEADER_MAC.into());
         }
         if self.adopted {
-            f.insert("plaintext_entries".into(), "adopted".into());
+            let mode = if self.listed { "listed" } else { "adopted" };
+            f.insert("plaintext_entries".into(), mode.into());
         } else if self.converted {
             f.insert("plaintext_entries".into(), "converted".into());
         }
@@ -224,10 +232,11 @@ impl VolumeParams {
                 )))
             }
         };
-        let (adopted, converted) = match f.get("plaintext_entries").map(String::as_str) {
-            None => (false, false),
-            Some("adopted") => (true, false),
-            Some("converted") => (false, true),
+        let (adopted, listed, converted) = match f.get("plaintext_entries").map(String::as_str) {
+            None => (false, false, false),
+            Some("listed") => (true, true, false),
+            Some("adopted") => (true, false, false),
+            Some("converted") => (false, false, true),
             Some(other) => {
                 return Err(Error::ConfigDamaged(format!(
                     "unknown plaintext_entries mode {other:?}"
@@ -236,6 +245,7 @@ impl VolumeParams {
         };
         Ok(Self {
             adopted,
+            listed,
             converted,
             volume_id: parse_b64(f, "volume_id")?,
             content,
@@ -667,6 +677,25 @@ mod tests {
         assert!(back.params.adopted);
         assert!(matches!(
             back.unlock_passphrase(&pass),
+            Err(Error::ConfigTampered)
+        ));
+        // Nor can a listed tree be switched to the unlisted mode of older versions.
+        let mut p = VolumeParams::new();
+        (p.adopted, p.listed) = (true, true);
+        let mut c = VolumeConfig::new(p);
+        c.add_passphrase_slot(&mk, &pass, cheap(), "main", SlotRandomness::fresh())
+            .unwrap();
+        c.seal(&mk);
+        let listed = c.to_json();
+        assert!(
+            listed.contains("\"plaintext_entries\": \"listed\""),
+            "{listed}"
+        );
+        assert_eq!(VolumeConfig::parse(&listed).unwrap(), c);
+        let unlisted = VolumeConfig::parse(&listed.replace("\"listed\"", "\"adopted\"")).unwrap();
+        assert!(unlisted.params.adopted && !unlisted.params.listed);
+        assert!(matches!(
+            unlisted.unlock_passphrase(&pass),
             Err(Error::ConfigTampered)
         ));
         // A mode this version does not know is refused.

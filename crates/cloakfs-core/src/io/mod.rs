@@ -5,6 +5,7 @@ pub mod file;
 pub mod header;
 pub mod lease;
 pub mod long_targets;
+pub mod plain_list;
 pub mod retired;
 pub mod reverse;
 pub mod shared;

@@ -14,6 +14,9 @@
 //!
 //! The volume's directory is listed again whenever its modification time changes, so a mount
 //! learns of another machine's removal at its next open of a file.
+//!
+//! The same grow-only set, under its own directory, domain and key, holds an adopted tree's
+//! retired plaintext entries (`io::plain_list`): [`RetiredIds::open_set`].
 
 use crate::crypto::secret::SecretBytes;
 use crate::error::Result;
@@ -36,6 +39,10 @@ const DOMAIN: &[u8] = b"cloakfs retired file id\n";
 /// documentation).
 pub struct RetiredIds {
     dir: PathBuf,
+    /// The records' directory name, in the cipher directory.
+    records: &'static str,
+    /// First bytes of a record's MAC input.
+    domain: &'static [u8],
     /// The cipher directory (`O_PATH`): the records' directory is looked at through it, one
     /// path component per open rather than the whole path.
     root: Option<std::os::fd::OwnedFd>,
@@ -70,6 +77,19 @@ impl RetiredIds {
     /// The records of the volume in `cipherdir`, under `key` (HKDF(master key,
     /// "share-retired")), and this machine's record at `local` (`None`: none is kept).
     pub fn open(cipherdir: &Path, key: SecretBytes<32>, local: Option<PathBuf>) -> Self {
+        Self::open_set(cipherdir, RETIRED_DIR, DOMAIN, key, local)
+    }
+
+    /// A set of retired 16-byte values of the volume in `cipherdir`: records in directory
+    /// `records` of it, each HMAC-SHA256(`key`, `domain` || value), and this machine's copy at
+    /// `local`.
+    pub fn open_set(
+        cipherdir: &Path,
+        records: &'static str,
+        domain: &'static [u8],
+        key: SecretBytes<32>,
+        local: Option<PathBuf>,
+    ) -> Self {
         let mut state = State::default();
         if let Some(l) = &local {
             if let Ok(b) = std::fs::read(l) {
@@ -86,7 +106,9 @@ impl RetiredIds {
         .ok();
         Self {
             root,
-            dir: cipherdir.join(RETIRED_DIR),
+            dir: cipherdir.join(records),
+            records,
+            domain,
             local,
             key,
             state: Mutex::new(state),
@@ -96,7 +118,7 @@ impl RetiredIds {
     fn mac(&self, id: &[u8; 16]) -> [u8; 32] {
         let mut m =
             <Hmac<Sha256> as Mac>::new_from_slice(self.key.expose()).expect("any key length");
-        m.update(DOMAIN);
+        m.update(self.domain);
         m.update(id);
         m.finalize().into_bytes().into()
     }
@@ -105,7 +127,7 @@ impl RetiredIds {
     /// this machine go into its record too.
     fn refresh(&self, st: &mut State) {
         let meta = match &self.root {
-            Some(root) => rustix::fs::statat(root, RETIRED_DIR, rustix::fs::AtFlags::empty()),
+            Some(root) => rustix::fs::statat(root, self.records, rustix::fs::AtFlags::empty()),
             None => rustix::fs::stat(&self.dir),
         };
         let Ok(meta) = meta else {
@@ -196,31 +218,43 @@ pub fn rekey_records(cipherdir: &Path, from: SecretBytes<32>, to: SecretBytes<32
     Ok(moved)
 }
 
-impl RetiredFiles for RetiredIds {
-    fn is_retired(&self, id: &FileId) -> bool {
+impl RetiredIds {
+    /// Whether `value` is retired, here or (records changed since last looked at) anywhere.
+    pub fn contains(&self, value: &[u8; 16]) -> bool {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if st.ids.contains(&id.0) {
+        if st.ids.contains(value) {
             return true;
         }
         self.refresh(&mut st);
-        st.ids.contains(&id.0)
+        st.ids.contains(value)
     }
 
-    fn retire(&self, id: &FileId) -> Result<()> {
+    /// Retires `value`: on this machine, then durably in the volume's records.
+    pub fn insert(&self, value: &[u8; 16]) -> Result<()> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if st.ids.insert(id.0) {
-            self.remember_locally(&id.0);
+        if st.ids.insert(*value) {
+            self.remember_locally(value);
         }
         match std::fs::create_dir(&self.dir) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(e.into()),
         }
-        let path = self.dir.join(hex(&id.0));
+        let path = self.dir.join(hex(value));
         let mut f = std::fs::File::create(&path)?;
-        f.write_all(&self.mac(&id.0))?;
+        f.write_all(&self.mac(value))?;
         f.sync_all()?;
         std::fs::File::open(&self.dir)?.sync_all()?;
         Ok(())
+    }
+}
+
+impl RetiredFiles for RetiredIds {
+    fn is_retired(&self, id: &FileId) -> bool {
+        self.contains(&id.0)
+    }
+
+    fn retire(&self, id: &FileId) -> Result<()> {
+        self.insert(&id.0)
     }
 }

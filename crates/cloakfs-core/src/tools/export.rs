@@ -158,6 +158,13 @@ pub fn export(
                             reason,
                         });
                     }
+                } else if i.kind == InternalKind::PlaintextUnlisted {
+                    x.report.notes.push(format!(
+                        "{}: plaintext entry {} that the adopted tree's manifest does not list \
+                         not exported",
+                        display_plain(&i.dir_plain),
+                        i.backing.file_name().unwrap_or_default().to_string_lossy()
+                    ));
                 } else if i.kind == InternalKind::Foreign {
                     x.report.notes.push(format!(
                         "{}: foreign file {} (not made by cloakfs) not exported",

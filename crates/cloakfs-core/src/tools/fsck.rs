@@ -423,6 +423,7 @@ impl Checker<'_> {
                 self.push(ProblemKind::Config, &path, None, None, e.to_string(), false);
             }
         }
+        self.plaintext_list(cipherdir);
         for slot in cfg.slots() {
             let f = slot.fields();
             let mut bad = Vec::new();
@@ -837,6 +838,30 @@ impl Checker<'_> {
         }
     }
 
+    /// Reports an adopted tree that serves no plaintext entry because its manifest is
+    /// unusable, and one adopted before manifests, which serves every plaintext entry.
+    fn plaintext_list(&mut self, cipherdir: &Path) {
+        let p = &self.volume.config().params;
+        if !p.adopted {
+            return;
+        }
+        self.volume.keep_plaintext_list(cipherdir);
+        let manifest = cipherdir.join(crate::io::plain_list::MANIFEST_FILE);
+        let detail = if !p.listed {
+            "this adopted tree has no manifest of its plaintext entries, so a plaintext file \
+             put into the cipher directory is shown as one of yours: run `cloakfs upgrade`"
+                .to_string()
+        } else if let Some(problem) = self.volume.plaintext_list_problem() {
+            format!(
+                "{problem}: no plaintext entry is shown (mount with --accept-plaintext to see \
+                 them all, and check them)"
+            )
+        } else {
+            return;
+        };
+        self.push(ProblemKind::Config, &manifest, None, None, detail, false);
+    }
+
     fn internal(&mut self, i: &Internal) {
         let dir = Some(i.dir_plain.as_path());
         let name = i
@@ -851,7 +876,21 @@ impl Checker<'_> {
             | InternalKind::Sidecar
             | InternalKind::SidecarConflictCopy
             | InternalKind::LongTargets
+            | InternalKind::PlaintextList
             | InternalKind::RetiredIds => {}
+            InternalKind::PlaintextUnlisted => {
+                self.push(
+                    ProblemKind::Foreign,
+                    &i.backing,
+                    None,
+                    dir,
+                    "plaintext entry that the adopted tree's manifest does not list (put there \
+                     after the adoption, or under the name of an entry encrypted or removed \
+                     since): not shown; look at it, then move it out or remove it"
+                        .into(),
+                    false,
+                );
+            }
             InternalKind::Plaintext => {
                 let plain = i.dir_plain.join(&name);
                 let is_file = i.backing.symlink_metadata().is_ok_and(|m| m.is_file());

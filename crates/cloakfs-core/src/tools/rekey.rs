@@ -375,6 +375,14 @@ pub fn start(
             volume.content().suite().name()
         )));
     }
+    if volume.config().params.adopted {
+        // Its manifest and plaintext entries are not rekeyed (FORMAT.md section 21.1).
+        return Err(Error::Refused(
+            "this adopted tree still holds plaintext entries: encrypt them first (`cloakfs \
+             encrypt -r` on its mount), then rekey"
+                .into(),
+        ));
+    }
     if config_path(cipherdir).parent() != Some(cipherdir) {
         return Err(Error::Refused(
             "rekey needs the config inside the cipher directory".into(),

@@ -155,6 +155,13 @@ pub enum InternalKind {
     Plaintext,
     /// A plaintext entry of an adopted tree hidden by an encrypted entry of the same name.
     PlaintextShadowed,
+    /// An entry with a plaintext name in an adopted tree that its manifest does not list
+    /// (FORMAT.md section 21.1): put there after the adoption, or an entry once encrypted or
+    /// removed. Not served; a directory is not looked into.
+    PlaintextUnlisted,
+    /// An adopted tree's manifest of plaintext entries or its retired entries, in the root
+    /// (see [`crate::io::plain_list`]).
+    PlaintextList,
 }
 
 /// A backing entry cloakfs keeps for itself or ignores.
@@ -253,6 +260,7 @@ pub struct Walker<'v> {
 impl<'v> Walker<'v> {
     /// A walker over the cipher directory `cipherdir` of `volume`.
     pub fn new(volume: &'v Volume, cipherdir: &Path) -> Self {
+        volume.keep_plaintext_list(cipherdir);
         Self {
             volume,
             root: cipherdir.to_path_buf(),
@@ -371,17 +379,23 @@ impl<'v> Walker<'v> {
                         .encrypt(id, name.as_bytes())
                         .is_ok_and(|s| dir.join(s.backing()).symlink_metadata().is_ok())
                 });
-                if !shadowed && backing.symlink_metadata().is_ok_and(|m| m.is_dir()) {
+                let listed = self
+                    .volume
+                    .plaintext_listed(dir_id.as_ref(), name.as_bytes());
+                let kind = match (listed, shadowed) {
+                    (false, _) => InternalKind::PlaintextUnlisted,
+                    (true, true) => InternalKind::PlaintextShadowed,
+                    (true, false) => InternalKind::Plaintext,
+                };
+                if kind == InternalKind::Plaintext
+                    && backing.symlink_metadata().is_ok_and(|m| m.is_dir())
+                {
                     subdirs.push((backing.clone(), plain.join(name)));
                 }
                 self.queue.push_back(Item::Internal(Internal {
                     backing,
                     dir_plain: plain.clone(),
-                    kind: if shadowed {
-                        InternalKind::PlaintextShadowed
-                    } else {
-                        InternalKind::Plaintext
-                    },
+                    kind,
                 }));
                 continue;
             }
@@ -564,6 +578,12 @@ pub fn internal_kind(
     } else if s == crate::io::retired::RETIRED_DIR {
         if is_root {
             InternalKind::RetiredIds
+        } else {
+            InternalKind::StrayReserved
+        }
+    } else if crate::io::plain_list::is_manifest_file(s) {
+        if is_root {
+            InternalKind::PlaintextList
         } else {
             InternalKind::StrayReserved
         }
