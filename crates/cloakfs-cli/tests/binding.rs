@@ -328,6 +328,110 @@ fn run_shows_the_view_to_the_command_only() {
     assert!(!mounted_here(&t.mnt));
 }
 
+/// `cloakfs run` serves COMMAND's process tree only: a process of the same user outside it
+/// is refused, whether it reaches the view through `/proc/PID/root` of COMMAND, `nsenter`
+/// into COMMAND's namespaces, or `/proc/PID/cwd` of a process COMMAND left behind in a
+/// session of its own; that one keeps the view, and `cloakfs run` ends when it has gone.
+#[test]
+fn run_serves_only_the_commands_process_tree() {
+    let t = Setup::new("cfsl-run2");
+    let (pid_fifo, go_fifo) = (t.u.home.join("pid.fifo"), t.u.home.join("go.fifo"));
+    let (rc, out) = t.sh(&format!("mkfifo -m 600 {} {}", s(&pid_fifo), s(&go_fifo)));
+    assert_eq!(rc, 0, "{out}");
+    // COMMAND prints its pid, leaves a process behind in a session of its own (its working
+    // directory in the view; it says its pid, then waits for the go), reads the note when
+    // told, and exits.
+    let script = format!(
+        "echo $$; cat {mnt}/note; setsid sh -c 'cd {mnt} && echo $$ > {pid} && \
+         read x < {go}' </dev/null >/dev/null 2>&1 & read x; cat {mnt}/note",
+        mnt = s(&t.mnt),
+        pid = s(&pid_fifo),
+        go = s(&go_fifo)
+    );
+    let mut child =
+        t.u.command(&t.bin)
+            .args([
+                "run",
+                "--passfile",
+                s(&t.pass),
+                s(&t.cipher),
+                s(&t.mnt),
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let command: u32 = line.trim().parse().unwrap();
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "bound\n");
+    let escapee: u32 = std::fs::read_to_string(&pid_fifo)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let refused = |how: &str, cmd: String| {
+        let (rc, said) = t.sh(&cmd);
+        assert!(
+            rc != 0 && said.contains("Permission denied") && !said.contains("bound"),
+            "{how}: {rc} {said}"
+        );
+    };
+    let note = s(&t.note()).to_string();
+    refused(
+        "/proc/PID/root",
+        format!("cat /proc/{command}/root{note} 2>&1"),
+    );
+    refused(
+        "nsenter",
+        format!("nsenter -t {command} -U -m --preserve-credentials cat {note} 2>&1"),
+    );
+    refused(
+        "/proc/PID/cwd",
+        format!("cat /proc/{escapee}/cwd/note 2>&1"),
+    );
+    // Nothing COMMAND looked at is answered from the kernel's cache either.
+    refused(
+        "stat through /proc/PID/root",
+        format!("stat -c %s /proc/{command}/root{note} 2>&1"),
+    );
+    // COMMAND itself reads the view, then exits; the process it left behind keeps the view
+    // (outsiders still refused) until it goes.
+    let exited = rustix::process::pidfd_open(
+        rustix::process::Pid::from_raw(command as i32).unwrap(),
+        rustix::process::PidfdFlags::empty(),
+    )
+    .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "go").unwrap();
+    drop(stdin);
+    let mut rest = String::new();
+    out.read_line(&mut rest).unwrap();
+    assert_eq!(rest, "bound\n");
+    // A pidfd polls readable once its process has exited.
+    let mut fds = [rustix::event::PollFd::new(
+        &exited,
+        rustix::event::PollFlags::IN,
+    )];
+    rustix::event::poll(&mut fds, None).unwrap();
+    refused(
+        "/proc/PID/cwd after COMMAND",
+        format!("cat /proc/{escapee}/cwd/note 2>&1"),
+    );
+    std::fs::write(&go_fifo, "go\n").unwrap();
+    let st = child.wait().unwrap();
+    assert!(st.success(), "{st}");
+    assert!(!mounted_here(&t.mnt));
+}
+
 #[test]
 fn run_as_root_and_its_usage_errors() {
     let f = common::Fixture::new();
@@ -349,8 +453,13 @@ fn run_as_root_and_its_usage_errors() {
     assert_eq!(String::from_utf8_lossy(&o.stdout), "x\n");
     assert!(!common::is_mounted(&f.mnt));
     assert_eq!(std::fs::read_dir(&f.mnt).unwrap().count(), 0);
-    // No command.
+    // No command; a binding of its own.
     assert_eq!(run(&[]).status.code(), Some(2));
+    common::assert_fails(
+        &run(&["-o", "bind=user", "--", "true"]),
+        2,
+        "does not apply",
+    );
     // A wrong passphrase, before anything is mounted.
     let wrong = f.write_pass("not the passphrase");
     let o = f

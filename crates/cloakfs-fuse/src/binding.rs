@@ -1,5 +1,6 @@
 //! Key binding (Cryptfs, section 3): a mount that serves its plaintext only to the user who
-//! mounted it, or only to the processes of one Unix session of that user.
+//! mounted it, only to the processes of one Unix session of that user, or (`cloakfs run`)
+//! only to the descendants of one process.
 //!
 //! [`Bound`] wraps the file system and checks the caller that the kernel names in each
 //! request's header (uid and pid) before the request reaches the file system, so a refused
@@ -34,6 +35,12 @@ pub enum Binding {
     User { uid: u32 },
     /// Only processes running as `uid` in Unix session `sid`.
     Session { uid: u32, sid: u32 },
+    /// Only processes running as `uid` that descend from process `ancestor` (`cloakfs run`,
+    /// a child subreaper, so that what COMMAND leaves behind is reparented below it). A
+    /// process of the same user outside that tree that reaches the view through
+    /// `/proc/PID/root` or `/proc/PID/cwd` of one inside, or enters its namespaces with
+    /// `nsenter`, is refused: it does not descend from `ancestor`.
+    Tree { uid: u32, ancestor: u32 },
 }
 
 impl Binding {
@@ -62,6 +69,10 @@ impl Binding {
             Binding::Session { uid: bound, sid } => {
                 uid == bound && pid != 0 && session_of(pid) == Some(sid)
             }
+            Binding::Tree {
+                uid: bound,
+                ancestor,
+            } => uid == bound && pid != 0 && descends_from(pid, ancestor),
         }
     }
 }
@@ -71,6 +82,9 @@ impl std::fmt::Display for Binding {
         match self {
             Binding::User { uid } => write!(f, "user {uid}"),
             Binding::Session { uid, sid } => write!(f, "session {sid} of user {uid}"),
+            Binding::Tree { uid, ancestor } => {
+                write!(f, "the processes of user {uid} below process {ancestor}")
+            }
         }
     }
 }
@@ -106,6 +120,41 @@ fn session_leader(sid: u32) -> std::io::Result<OwnedFd> {
             other.map_or("-".into(), |s| s.to_string())
         ))),
     }
+}
+
+/// The parent of the process that thread `tid` belongs to (field 4 of /proc/TID/stat).
+fn parent_of(tid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{tid}/stat")).ok()?;
+    // After the command name (which may hold spaces and parentheses): state, ppid.
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// Whether thread `tid` belongs to a strict descendant of process `ancestor`. A process
+/// reparented to `ancestor` (a subreaper) counts; one reparented to init does not.
+fn descends_from(tid: u32, ancestor: u32) -> bool {
+    // Deeper than any process tree a command makes; a loop of bad reads ends here too.
+    const DEPTH: usize = 4096;
+    let Some(mut p) = parent_of(tid) else {
+        return false;
+    };
+    for _ in 0..DEPTH {
+        if p == ancestor {
+            return true;
+        }
+        if p <= 1 {
+            return false;
+        }
+        match parent_of(p) {
+            Some(next) => p = next,
+            None => return false,
+        }
+    }
+    false
 }
 
 /// Whether `pid` is a kernel thread (PF_KTHREAD in /proc/PID/stat's flags).

@@ -123,7 +123,7 @@ pub fn run(args: MountArgs) -> Result<()> {
     // allow_root) caches nothing unless asked, so a refused caller learns no name, size or
     // time the bound one saw. Without allow_*, the kernel keeps other users out itself.
     let reachable_by_refused = match mo.binding {
-        Some(cloakfs_fuse::Binding::Session { .. }) => true,
+        Some(cloakfs_fuse::Binding::Session { .. } | cloakfs_fuse::Binding::Tree { .. }) => true,
         Some(cloakfs_fuse::Binding::User { .. }) => mo.allow_other || mo.allow_root,
         None => false,
     };

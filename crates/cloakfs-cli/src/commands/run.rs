@@ -1,14 +1,17 @@
 //! `cloakfs run CIPHERDIR MOUNTPOINT -- COMMAND [ARGS]`: the plaintext view for one process
 //! tree. The view is mounted in a private mount namespace (inside a user namespace of the
-//! caller when not root) that only COMMAND and its children share; no other process sees it,
-//! and it is unmounted when COMMAND exits.
+//! caller when not root) that only COMMAND and its children share; no other process sees it.
+//! The mount also serves only COMMAND's descendants (`Binding::Tree`), so a process of the
+//! same user outside the tree that reaches in through `/proc/PID/root` or `nsenter` is
+//! refused; it ends when the last process in the namespace has gone.
 
-use crate::args::{BindTo, UnlockArgs};
+use crate::args::UnlockArgs;
 use crate::commands::mount::{check_before_unlock, fuse_options, sync_dir, with_option_secrets};
 use crate::failure::{Failure, Result};
 use crate::mount_options;
 use clap::Args;
 use cloakfs_core::known_volumes::Place;
+use cloakfs_fuse::Binding;
 use std::ffi::{CString, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -16,11 +19,13 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Args)]
 #[command(after_long_help = "\
 The view exists only in a mount namespace of its own, which COMMAND and every process it \
-starts share: other processes, root's included, see the empty mount point. Run by a user \
-other than root, cloakfs enters a user namespace first (unprivileged user namespaces must be \
-enabled, as they are on Debian); inside it, files of other users show as nobody. When \
-COMMAND exits the view is unmounted; a process COMMAND left behind that still uses it keeps \
-it until that process closes it, and `cloakfs run` waits for that. The exit status is \
+starts share: other processes, root's included, see the empty mount point, and the view \
+serves only COMMAND and its descendants (a process outside them that reaches in through \
+/proc/PID/root or nsenter gets EACCES). Run by a user other than root, cloakfs enters a user \
+namespace first (unprivileged user namespaces must be enabled, as they are on Debian); \
+inside it, files of other users show as nobody. When COMMAND exits the view is unmounted; a \
+process COMMAND left behind (also one that left its session) that still uses it keeps it \
+until that process exits or closes it, and `cloakfs run` waits for that. The exit status is \
 COMMAND's (128+N when a signal N ended it; 127 when it could not be started). SIGTERM and \
 SIGHUP are passed on to COMMAND; SIGINT and SIGQUIT reach it from the terminal.")]
 pub struct RunArgs {
@@ -50,8 +55,24 @@ pub struct RunArgs {
 pub fn run(args: RunArgs) -> Result<u8> {
     let mut o = mount_options::parse(&args.options)?;
     let (cipherdir, mountpoint) = check_before_unlock(&args.cipherdir, &args.mountpoint, &mut o)?;
+    if o.bind.is_some() {
+        return Err(Failure::usage(
+            "cloakfs run binds its view to COMMAND and its descendants; -o bind does not apply",
+        ));
+    }
     let mut mo = fuse_options(&cipherdir, &o, None, None);
-    mo.binding = o.bind.map(BindTo::binding).transpose()?;
+    // What COMMAND leaves behind is reparented to this process, so stays below it.
+    rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
+        .map_err(|e| Failure::other(format!("cannot become a child subreaper: {e}")))?;
+    mo.binding = Some(Binding::Tree {
+        uid: rustix::process::getuid().as_raw(),
+        ancestor: rustix::process::getpid().as_raw_nonzero().get() as u32,
+    });
+    // What the kernel caches it answers to anyone who reaches the view, unchecked (see
+    // `mount`): nothing is cached unless asked.
+    if o.cache_timeout.is_none() {
+        mo.cache_timeout = std::time::Duration::ZERO;
+    }
     let volume = crate::unlock::unlock_at(
         &with_option_secrets(&args.unlock, &o),
         &Place::resolved(&args.cipherdir, cipherdir.clone()),
