@@ -75,6 +75,8 @@ impl Store {
             store.mounts.push(mnt.clone());
             let out = bin()
                 .args(["mount", "--shared-storage", "--passfile", s(&store.pass)])
+                .arg("--log-file")
+                .arg(store.dir.join(format!("{client}.log")))
                 .arg(store.dir.join(&client).join("c"))
                 .arg(&mnt)
                 .output()
@@ -92,6 +94,11 @@ impl Store {
 
     fn p(&self, client: usize, rel: &str) -> PathBuf {
         self.mounts[client].join(rel)
+    }
+
+    /// What client `client`'s mount logged so far.
+    fn log(&self, client: usize) -> String {
+        fs::read_to_string(self.dir.join(format!("m{}.log", client + 1))).unwrap_or_default()
     }
 
     fn clients(&self) -> usize {
@@ -433,6 +440,59 @@ fn sqlite_from_both(st: &Store, n: usize) {
             "client {c}"
         );
     }
+}
+
+/// SQLite's WAL mode, which needs memory shared by every connection (no two machines have
+/// that), is refused on a shared store: `PRAGMA journal_mode=WAL` fails, no `-wal` or `-shm`
+/// file is made, the mount says why in its log, and the database goes on in rollback-journal
+/// mode from every client. A `-wal` file beside a database cannot be made either (a
+/// database switched to WAL elsewhere is not opened in WAL mode here).
+fn sqlite_wal_is_refused(st: &Store) {
+    let db = |c: usize| st.p(c, "wal.db");
+    sqlite(
+        &db(0),
+        "CREATE TABLE t (x INTEGER); INSERT INTO t VALUES (1)",
+    );
+    for c in 0..2 {
+        let out = Command::new("sqlite3")
+            .arg(db(c))
+            .arg("PRAGMA journal_mode=WAL")
+            .output()
+            .unwrap();
+        assert!(
+            !out.status.success() && stderr(&out).contains("disk I/O error"),
+            "client {c}: WAL mode taken: {} {}",
+            String::from_utf8_lossy(&out.stdout),
+            stderr(&out)
+        );
+        println!(
+            "figures: client {c}: PRAGMA journal_mode=WAL -> {}",
+            stderr(&out).trim()
+        );
+        assert!(
+            st.log(c)
+                .contains("SQLite's WAL mode refused on shared storage"),
+            "client {c}'s log: {}",
+            st.log(c)
+        );
+    }
+    for c in 0..2 {
+        sqlite(&db(c), &format!("INSERT INTO t VALUES ({})", c + 2));
+        assert_eq!(
+            sqlite(&db(c), "PRAGMA journal_mode"),
+            "delete",
+            "client {c}"
+        );
+    }
+    for c in 0..2 {
+        assert_eq!(sqlite(&db(c), "SELECT count(*) FROM t"), "3", "client {c}");
+        for f in ["wal.db-wal", "wal.db-shm"] {
+            assert!(!st.p(c, f).exists(), "client {c}: {f}");
+        }
+    }
+    let e = fs::write(st.p(1, "wal.db-wal"), "").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EPERM), "{e}");
+    fs::write(st.p(1, "other-wal"), "").unwrap();
 }
 
 /// Both clients create (O_TRUNC), rename and unlink the same four names at once: each call
@@ -1389,6 +1449,7 @@ fn gluster_two_clients_stay_consistent() {
 fn gluster_sqlite_from_both_clients() {
     let st = Store::up("gluster");
     sqlite_from_both(&st, if slow() { 500 } else { 200 });
+    sqlite_wal_is_refused(&st);
     st.fsck_clean();
 }
 

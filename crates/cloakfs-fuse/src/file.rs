@@ -231,6 +231,15 @@ impl CloakFs {
         self.writable()?;
         sys::exact_modes();
         let p = self.node(parent)?;
+        if let Some(db) = self.coherence.sqlite_wal_base(name) {
+            let beside = self.stored_name(&p, db).is_ok_and(|s| {
+                rustix::fs::statat(p.fd(), s.backing(), AtFlags::SYMLINK_NOFOLLOW).is_ok()
+            });
+            if beside {
+                self.coherence.refused_sqlite_wal(name);
+                return Err(Errno::EPERM);
+            }
+        }
         let stored = self.name_for_new(&p, name)?;
         let created = self.write_sidecar(p.fd(), &stored)?;
         let oflags = OFlags::CREATE | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;

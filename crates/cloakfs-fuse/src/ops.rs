@@ -437,6 +437,7 @@ impl Filesystem for CloakFs {
             if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
                 self.kill_suidgid(&inode)?;
             }
+            self.coherence.refuse_sqlite_wal_header(offset, data)?;
             // Shared: an O_APPEND write (not a page the kernel writes back) goes to the end
             // of the file as the store has it under the file's lease, not to the offset the
             // kernel took from its cached size, which other clients' appends have passed.

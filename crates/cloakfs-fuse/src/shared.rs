@@ -18,6 +18,7 @@ use cloakfs_core::io::shared::{app_lock_range, ofd_conflict, ofd_lock, wait_for_
 use fuser::{Errno, FopenFlags, INodeNo, InitFlags, Notifier};
 use rustix::fs::{AtFlags, OFlags, StatxFlags};
 use std::collections::HashMap;
+use std::ffi::OsStr;
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -29,6 +30,8 @@ pub(crate) struct Coherence {
     /// Per (node, lock owner): the backing file description holding that owner's locks.
     locks: Mutex<HashMap<(u64, u64), Arc<File>>>,
     notifier: Arc<OnceLock<Notifier>>,
+    /// Whether a refused SQLite WAL file was logged (see `sqlite_wal_base`).
+    wal_refused: std::sync::atomic::AtomicBool,
 }
 
 impl Coherence {
@@ -37,6 +40,7 @@ impl Coherence {
             sharing,
             locks: Mutex::new(HashMap::new()),
             notifier,
+            wal_refused: false.into(),
         }
     }
 
@@ -118,6 +122,58 @@ impl Coherence {
             crate::ops::READDIRPLUS
         } else {
             InitFlags::empty()
+        }
+    }
+
+    /// Refuses (EPERM), if this mount is shared, a write of a SQLite database's first page
+    /// that switches it to WAL mode (file format numbers 2 at bytes 18 and 19 after the
+    /// header string: `PRAGMA journal_mode=WAL`), so the PRAGMA fails and its transaction is
+    /// rolled back: the database stays in rollback-journal mode, which works from every
+    /// client. WAL's index is shared memory (a mapping of `DB-shm`) that SQLite assumes every
+    /// connection sees at once, which no two machines do (SQLite's documentation rules WAL
+    /// out on network file systems).
+    pub(crate) fn refuse_sqlite_wal_header(&self, offset: u64, data: &[u8]) -> Res<()> {
+        const MAGIC: &[u8] = b"SQLite format 3\0";
+        if self.sharing.is_shared()
+            && offset == 0
+            && data.len() > 19
+            && data.starts_with(MAGIC)
+            && (data[18] == 2 || data[19] == 2)
+        {
+            self.refused_sqlite_wal(OsStr::new("a database's first page"));
+            return Err(Errno::EPERM);
+        }
+        Ok(())
+    }
+
+    /// The database whose SQLite write-ahead log or WAL index a new file `name` would be
+    /// (`DB-wal`, `DB-shm`), if this mount is shared: such a file is refused when `DB` exists
+    /// beside it, so a database put in WAL mode elsewhere (see
+    /// [`Self::refuse_sqlite_wal_header`]) is not opened in WAL mode here.
+    pub(crate) fn sqlite_wal_base<'n>(&self, name: &'n OsStr) -> Option<&'n OsStr> {
+        use std::os::unix::ffi::OsStrExt;
+        if !self.sharing.is_shared() {
+            return None;
+        }
+        let b = name.as_bytes();
+        let base = b
+            .strip_suffix(b"-wal")
+            .or_else(|| b.strip_suffix(b"-shm"))?;
+        (!base.is_empty()).then(|| OsStr::from_bytes(base))
+    }
+
+    /// Says, once per mount, that SQLite's WAL mode was refused (for `name`).
+    pub(crate) fn refused_sqlite_wal(&self, name: &OsStr) {
+        if !self
+            .wal_refused
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::warn!(
+                "{}: SQLite's WAL mode refused on shared storage (its index is each machine's \
+                 own memory, so clients would not see each other's commits); the database \
+                 keeps its rollback journal, which works from every client",
+                name.to_string_lossy()
+            );
         }
     }
 
