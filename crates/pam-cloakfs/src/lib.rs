@@ -11,7 +11,9 @@
 //! - **session close** unmounts a volume when no other session holds it (the `sessions` module).
 //! - **password** re-wraps the passphrase slot from the old login password to the new one
 //!   (`cloakfs passwd`, both on pipes). Without the old one (root set the password) nothing
-//!   can be re-wrapped: the next login tells the user, once, to run `cloakfs passwd`.
+//!   can be re-wrapped: every login tells the user to run `cloakfs passwd`, until one whose
+//!   password opens every volume (a login that shows no messages, as `ssh host command`,
+//!   does not use the notice up).
 //!
 //! Nothing here blocks a login: a missing volume, a wrong password, a broken config line
 //! each log one line (syslog, auth facility) and the module returns PAM_IGNORE (or the
@@ -199,24 +201,6 @@ impl PamHooks for CloakFsPam {
             return PamResultCode::PAM_IGNORE;
         };
         let user = login.account.name.clone();
-        let flag = stale_flag(&o, login.account.uid);
-        if flag.exists() && flags & PAM_SILENT == 0 {
-            let dirs: Vec<String> = login
-                .volumes
-                .iter()
-                .map(|v| v.cipherdir.display().to_string())
-                .collect();
-            let msg = format!(
-                "cloakfs: your login password was set without the old one, so {} still \
-                 opens with your previous password. Run `cloakfs passwd {}` (previous \
-                 password first, then your login password).",
-                dirs.join(", "),
-                dirs[0]
-            );
-            if tell(pamh, &msg) {
-                let _ = std::fs::remove_file(&flag);
-            }
-        }
         let Some(me) = sessions::Holder::this_process() else {
             log.warn(&format!(
                 "user {user}: cannot identify this session's process"
@@ -232,6 +216,31 @@ impl PamHooks for CloakFsPam {
                     log.warn(&format!("user {user}: {why}"));
                     failed = true;
                 }
+            }
+        }
+        let flag = stale_flag(&o, login.account.uid);
+        if flag.exists() {
+            if !failed && password.is_some() {
+                // The login password opens every volume: `cloakfs passwd` was run.
+                let _ = std::fs::remove_file(&flag);
+            } else if flags & PAM_SILENT == 0 {
+                let dirs: Vec<String> = login
+                    .volumes
+                    .iter()
+                    .map(|v| v.cipherdir.display().to_string())
+                    .collect();
+                // Said at every login until then: a login program may take the message and
+                // show it nowhere (sshd running a command without a terminal).
+                tell(
+                    pamh,
+                    &format!(
+                        "cloakfs: your login password was set without the old one, so {} \
+                         still opens with your previous password. Run `cloakfs passwd {}` \
+                         (previous password first, then your login password).",
+                        dirs.join(", "),
+                        dirs[0]
+                    ),
+                );
             }
         }
         if failed {
@@ -356,11 +365,10 @@ fn take_password(pamh: &mut PamHandle) -> Option<LockedBytes> {
     copy.filter(|p| !p.expose().is_empty())
 }
 
-/// Shows `msg` to the user through the login program; whether it was shown.
-fn tell(pamh: &PamHandle, msg: &str) -> bool {
-    match pamh.get_item::<Conv>() {
-        Ok(Some(conv)) => conv.send(PAM_TEXT_INFO, msg).is_ok(),
-        _ => false,
+/// Gives `msg` to the login program to show the user (which may not show it).
+fn tell(pamh: &PamHandle, msg: &str) {
+    if let Ok(Some(conv)) = pamh.get_item::<Conv>() {
+        let _ = conv.send(PAM_TEXT_INFO, msg);
     }
 }
 
