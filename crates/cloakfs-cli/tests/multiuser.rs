@@ -174,14 +174,26 @@ fn revoke_takes_effect_at_once_and_for_good() {
 /// Bob's session with `--session-ttl 4s --on-timeout behaviour`, timed out, with an open
 /// descriptor 3 on `big.bin` taken while it was active. Returns bob's shell.
 fn timed_out(d: &Daemon, a: &mut Shell, name: &str, behaviour: &str, extra: &str) -> Shell {
-    let bob = user("cfs-bob");
+    timed_out_for(d, a, name, behaviour, extra, "cfs-bob")
+}
+
+/// [`timed_out`] for user `who`.
+fn timed_out_for(
+    d: &Daemon,
+    a: &mut Shell,
+    name: &str,
+    behaviour: &str,
+    extra: &str,
+    who: &'static str,
+) -> Shell {
+    let bob = user(who);
     let p = d.root.join(name);
     a.ok(&format!(
         "head -c 300000 /dev/urandom > {p}/big.bin && echo second > {p}/other.txt",
         p = s(&p)
     ));
     a.ok(&format!(
-        "cloakfs authz add {name} --user cfs-bob --perms read,bypass --session-ttl 4s \
+        "cloakfs authz add {name} --user {who} --perms read,bypass --session-ttl 4s \
          --on-timeout {behaviour} {extra}"
     ));
     let mut b = d.shell(&bob);
@@ -294,6 +306,45 @@ fn timeout_sleep_all() {
     attach_alice(&d, &alice, &mut a, "sa", "");
     let mut b = timed_out(&d, &mut a, "sa", "sleep-all", "");
     blocked_cat_completes_after_reauth(&d, &mut a, &mut b, "sa");
+}
+
+/// The daemon's sleeping-request slots (its threads but four, 12 here) are shared by every
+/// user: one user whose requests sleep on an attach of their own takes half of them at
+/// most, so another user's `sleep-new` grant still sleeps instead of failing at once.
+#[test]
+fn one_users_sleeping_requests_leave_room_for_anothers() {
+    let d = Daemon::start();
+    let (alice, carol) = (user("cfs-alice"), user("cfs-carol"));
+    let mut a = d.shell(&alice);
+    attach_alice(&d, &alice, &mut a, "sr", "");
+    let mut b = timed_out(&d, &mut a, "sr", "sleep-new", "");
+    // Carol's volume, and dave's timed-out sleep-all session on it: every request of his
+    // sleeps until he authenticates again (or `--max-wait` ends it).
+    let mut c = d.shell(&carol);
+    d.attach(&carol, &mut c, "cipher", "cf", "");
+    let mut dv = timed_out_for(&d, &mut c, "cf", "sleep-all", "", "cfs-dave");
+    const FILLERS: usize = 12;
+    let rc = |i: usize| d.work.path().join(format!("shared/fill{i}.rc"));
+    for i in 0..FILLERS {
+        dv.ok(&format!(
+            "(cat {p}/secret.txt > /dev/null 2>&1; echo $? > {r}) &",
+            p = s(&d.root.join("cf")),
+            r = s(&rc(i))
+        ));
+    }
+    // Half of the slots sleep; the rest are refused at once.
+    wait_for("dave's requests to sleep or be refused", || {
+        let sleeping: u64 = sessions(&mut c, "cf")
+            .iter()
+            .filter_map(|s| s["waiting"].as_u64())
+            .sum();
+        let refused = (0..FILLERS).filter(|&i| rc(i).exists()).count();
+        sleeping as usize + refused == FILLERS && sleeping > 0
+    });
+    let refused = (0..FILLERS).filter(|&i| rc(i).exists()).count();
+    assert_eq!(refused, FILLERS / 2, "dave took more than half the slots");
+    // Bob's request on alice's attach still sleeps, and goes on once he authenticates.
+    blocked_cat_completes_after_reauth(&d, &mut a, &mut b, "sr");
 }
 
 #[test]
