@@ -5,6 +5,7 @@ pub(crate) mod gcm;
 pub mod kdf;
 pub mod keys;
 pub mod locked;
+pub mod prf;
 pub mod random;
 pub mod secret;
 pub(crate) mod siv;

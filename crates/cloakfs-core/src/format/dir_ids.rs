@@ -7,40 +7,22 @@
 //! bytes, so the concatenation is unambiguous. Readers never derive: they read the ID file.
 
 use crate::crypto::keys::{label, MasterKey};
-use crate::crypto::locked::{scrubbed, LockedBox};
+use crate::crypto::prf::Prf;
 use crate::format::names::DirId;
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
 
-/// The key new directory IDs are derived with. The HMAC key's state lives in locked memory.
-pub struct DirIdKey(LockedBox<Hmac<Sha256>>);
-
-impl std::fmt::Debug for DirIdKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DirIdKey").finish_non_exhaustive()
-    }
-}
+/// The key new directory IDs are derived with (in locked memory).
+#[derive(Debug)]
+pub struct DirIdKey(Prf);
 
 impl DirIdKey {
     /// The key of the volume with master key `mk` and ID `volume_id`.
     pub fn new(mk: &MasterKey, volume_id: &[u8; 16]) -> Self {
-        let key: crate::crypto::secret::SecretBytes<32> = mk.subkey(volume_id, label::DIR_ID);
-        Self(LockedBox::new(|| {
-            <Hmac<Sha256> as Mac>::new_from_slice(key.expose()).expect("any key length")
-        }))
+        Self(Prf::new(&mk.subkey(volume_id, label::DIR_ID)))
     }
 
     /// The ID of a new directory named `name` (plaintext) in the directory with ID `parent`.
     pub fn derive(&self, parent: &DirId, name: &[u8]) -> DirId {
-        scrubbed(|| {
-            let mut m = (*self.0).clone();
-            m.update(&parent.0);
-            m.update(name);
-            let full = m.finalize().into_bytes();
-            let mut id = [0u8; 16];
-            id.copy_from_slice(&full[..16]);
-            DirId(id)
-        })
+        DirId(self.0.out(&[&parent.0, name]))
     }
 }
 
@@ -65,6 +47,8 @@ mod tests {
     #[test]
     fn matches_the_definition() {
         use hkdf::Hkdf;
+        use hmac::{Hmac, Mac};
+        use sha2::Sha256;
         let mk = [7u8; 32];
         let vid = [1u8; 16];
         let mut kd = [0u8; 32];

@@ -16,11 +16,9 @@
 //!   nonce only on a 96-bit HMAC collision.
 
 use crate::crypto::keys::{label, MasterKey};
-use crate::crypto::locked::{scrubbed, LockedBox};
+use crate::crypto::prf::Prf;
 use crate::format::content::FileId;
 use crate::format::names::DirId;
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
 
 /// Domain of the directory IDs.
 const DIR_DOMAIN: &[u8] = b"dir\0";
@@ -31,42 +29,25 @@ const NONCE_DOMAIN: &[u8] = b"nonce\0";
 /// Domain of the symlink nonces.
 const SYMLINK_DOMAIN: &[u8] = b"symlink\0";
 
-/// The keyed derivations of one reverse view. The HMAC key's state lives in locked memory.
+/// The keyed derivations of one reverse view (the key in locked memory).
+#[derive(Debug)]
 pub struct ReverseKeys {
-    mac: LockedBox<Hmac<Sha256>>,
+    mac: Prf,
     root: DirId,
-}
-
-impl std::fmt::Debug for ReverseKeys {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ReverseKeys").finish_non_exhaustive()
-    }
 }
 
 impl ReverseKeys {
     /// The derivations of the volume with master key `mk` and ID `volume_id`.
     pub fn new(mk: &MasterKey, volume_id: &[u8; 16]) -> Self {
-        let key: crate::crypto::secret::SecretBytes<32> = mk.subkey(volume_id, label::REVERSE);
         Self {
-            mac: LockedBox::new(|| {
-                <Hmac<Sha256> as Mac>::new_from_slice(key.expose()).expect("any key length")
-            }),
+            mac: Prf::new(&mk.subkey(volume_id, label::REVERSE)),
             root: DirId(*volume_id),
         }
     }
 
     /// `HMAC(K_reverse, parts[0] || parts[1] || ...)`, truncated to `N` bytes.
     fn prf<const N: usize>(&self, parts: &[&[u8]]) -> [u8; N] {
-        scrubbed(|| {
-            let mut m = (*self.mac).clone();
-            for p in parts {
-                m.update(p);
-            }
-            let full = m.finalize().into_bytes();
-            let mut out = [0u8; N];
-            out.copy_from_slice(&full[..N]);
-            out
-        })
+        self.mac.out(parts)
     }
 
     /// The ID of the directory at relative path `rel` (empty: the root, whose ID is the

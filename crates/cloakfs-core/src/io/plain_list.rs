@@ -12,12 +12,11 @@
 //! ([`RetiredIds::open_set`]), in the volume and on this machine, so that putting back a
 //! removed record does not bring an entry back here.
 
+use crate::crypto::prf::Prf;
 use crate::crypto::secret::SecretBytes;
 use crate::error::{Error, Result};
 use crate::format::names::DirId;
 use crate::io::retired::RetiredIds;
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -38,35 +37,34 @@ const MAC_LEN: usize = 32;
 /// An entry's tag: which directory, which name, under the volume's manifest key.
 pub type Tag = [u8; TAG_LEN];
 
-/// K, the manifest key (HKDF(master key, "adopted manifest")).
-#[derive(Clone)]
-pub struct ManifestKey(SecretBytes<32>);
+/// K, the manifest key (HKDF(master key, "adopted manifest")), in locked memory.
+pub struct ManifestKey {
+    key: SecretBytes<32>,
+    prf: Prf,
+}
+
+impl Clone for ManifestKey {
+    fn clone(&self) -> Self {
+        Self::new(self.key.clone())
+    }
+}
 
 impl ManifestKey {
     /// The key `key`, derived by the caller from the master key.
     pub fn new(key: SecretBytes<32>) -> Self {
-        Self(key)
-    }
-
-    fn hmac(&self, domain: &[u8]) -> Hmac<Sha256> {
-        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(self.0.expose()).expect("any key");
-        m.update(domain);
-        m
+        Self {
+            prf: Prf::new(&key),
+            key,
+        }
     }
 
     /// The tag of entry `name` of the directory with ID `dir`.
     pub fn tag(&self, dir: &DirId, name: &[u8]) -> Tag {
-        let mut m = self.hmac(TAG_DOMAIN);
-        m.update(&dir.0);
-        m.update(name);
-        let full = m.finalize().into_bytes();
-        full[..TAG_LEN].try_into().expect("16 of 32 bytes")
+        self.prf.out(&[TAG_DOMAIN, &dir.0, name])
     }
 
     fn seal(&self, body: &[u8]) -> [u8; MAC_LEN] {
-        let mut m = self.hmac(MANIFEST_DOMAIN);
-        m.update(body);
-        m.finalize().into_bytes().into()
+        self.prf.out(&[MANIFEST_DOMAIN, body])
     }
 }
 
@@ -206,8 +204,13 @@ impl PlainList {
     /// authenticate lists nothing ([`Self::problem`] says why).
     pub fn load(cipherdir: &Path, key: ManifestKey, local: Option<PathBuf>) -> Self {
         let listed = read_manifest(cipherdir, &key);
-        let retired =
-            RetiredIds::open_set(cipherdir, RETIRED_DIR, RETIRED_DOMAIN, key.0.clone(), local);
+        let retired = RetiredIds::open_set(
+            cipherdir,
+            RETIRED_DIR,
+            RETIRED_DOMAIN,
+            key.key.clone(),
+            local,
+        );
         Self {
             key,
             listed,

@@ -18,12 +18,11 @@
 //! The same grow-only set, under its own directory, domain and key, holds an adopted tree's
 //! retired plaintext entries (`io::plain_list`): [`RetiredIds::open_set`].
 
+use crate::crypto::prf::Prf;
 use crate::crypto::secret::SecretBytes;
 use crate::error::Result;
 use crate::format::content::FileId;
 use crate::format::filekey::RetiredFiles;
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
 use std::collections::HashSet;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -47,7 +46,7 @@ pub struct RetiredIds {
     /// path component per open rather than the whole path.
     root: Option<std::os::fd::OwnedFd>,
     local: Option<PathBuf>,
-    key: SecretBytes<32>,
+    key: Prf,
     state: Mutex<State>,
 }
 
@@ -110,17 +109,13 @@ impl RetiredIds {
             records,
             domain,
             local,
-            key,
+            key: Prf::new(&key),
             state: Mutex::new(state),
         }
     }
 
     fn mac(&self, id: &[u8; 16]) -> [u8; 32] {
-        let mut m =
-            <Hmac<Sha256> as Mac>::new_from_slice(self.key.expose()).expect("any key length");
-        m.update(self.domain);
-        m.update(id);
-        m.finalize().into_bytes().into()
+        self.key.out(&[self.domain, id])
     }
 
     /// Lists the volume's records again if they changed since the last listing; IDs new to
