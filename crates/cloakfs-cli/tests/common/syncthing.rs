@@ -343,15 +343,36 @@ pub struct SyncedVolume {
 impl SyncedVolume {
     /// Makes the volume on device a and waits until device b has it.
     pub fn init(pair: &Pair) -> Self {
+        Self::init_with(pair, |a| {
+            let out = a.init(&[]);
+            assert!(out.status.success(), "init: {}", super::stderr(&out));
+        })
+    }
+
+    /// The same with a gocryptfs volume of default settings instead (for the comparison in
+    /// docs/COMPARISON.md): mount it with `mount_gocryptfs`.
+    pub fn init_gocryptfs(pair: &Pair) -> Self {
+        Self::init_with(pair, super::Fixture::gocryptfs_init)
+    }
+
+    fn init_with(pair: &Pair, make: impl FnOnce(&super::Fixture)) -> Self {
         let mut a = super::Fixture::bare();
         a.cipher = pair.a.folder.join("vol");
-        let out = a.init(&[]);
-        assert!(out.status.success(), "init: {}", super::stderr(&out));
+        make(&a);
         let mut b = super::Fixture::bare();
         b.cipher = pair.b.folder.join("vol");
         std::fs::copy(&a.pass, &b.pass).unwrap();
         pair.sync();
         SyncedVolume { a, b }
+    }
+
+    /// Mounts both copies of a gocryptfs volume: `gocryptfs -passfile P [EXTRA] CIPHER MNT`.
+    /// Its default entry and attribute timeouts are 1 s, as `--cache-timeout 1` is cloakfs's.
+    pub fn mount_gocryptfs(&self, extra: &[&str]) -> (super::MountGuard, super::MountGuard) {
+        (
+            self.a.gocryptfs_mounted(extra),
+            self.b.gocryptfs_mounted(extra),
+        )
     }
 
     /// Mounts both copies with `--cache-timeout 1`, as USAGE.md advises for sync folders.
