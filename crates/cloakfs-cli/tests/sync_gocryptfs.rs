@@ -12,14 +12,17 @@
 mod common;
 
 use common::gocryptfs::contents;
-use common::syncthing::{wait_until, Pair, SyncedVolume, FOLDER};
+use common::syncthing::{Pair, SyncedVolume, FOLDER};
 use common::Fixture;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// Longer than gocryptfs's caches live (entries, attributes and directory IVs: 1 s).
+/// Longer than the kernel keeps gocryptfs's entries and attributes (1 s).
 const SETTLE: Duration = Duration::from_secs(2);
+/// Longer than gocryptfs keeps directory IVs it read: its cache of them is cleared every 60 s,
+/// so until then a mount may go on naming entries under an IV the sync client replaced.
+const IV_CACHE: Duration = Duration::from_secs(61);
 
 fn run_here() -> bool {
     if !common::slow() {
@@ -33,22 +36,25 @@ fn content(name: &str) -> String {
     format!("contents of {name}\n")
 }
 
-/// What a mount shows under `dir`, once it has shown the same for longer than gocryptfs
-/// caches anything: a live figure is not one of a stale cache.
-fn settled(dir: &Path) -> BTreeSet<String> {
-    let mut last = contents(dir);
-    let mut since = Instant::now();
-    wait_until(
-        &format!("{} shows the same for {SETTLE:?}", dir.display()),
-        || {
-            let now = contents(dir);
-            if now != last {
-                last = now;
-                since = Instant::now();
-            }
-            since.elapsed() >= SETTLE
-        },
-    );
+/// What both mounts show, once they have shown the same for `window`: a figure is not one of
+/// a cache that has not expired yet.
+fn settled(vol: &SyncedVolume, window: Duration) -> (BTreeSet<String>, BTreeSet<String>) {
+    let look = || (contents(&vol.a.mnt), contents(&vol.b.mnt));
+    let mut last = look();
+    let start = Instant::now();
+    let mut since = start;
+    while since.elapsed() < window {
+        assert!(
+            start.elapsed() < 2 * window + Duration::from_secs(60),
+            "the mounts never showed the same for {window:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        let now = look();
+        if now != last {
+            last = now;
+            since = Instant::now();
+        }
+    }
     last
 }
 
@@ -103,7 +109,8 @@ fn iv_file_copies(pair: &Pair) -> usize {
     walk(&pair.a.folder) + walk(&pair.b.folder)
 }
 
-/// Prints the figures of a case: live (both mounts as they are), after a remount, and with
+/// Prints the figures of a case: live (both mounts as they are, right away and once
+/// gocryptfs's cache of directory IVs was cleared), after a remount, and with
 /// `-badname '*'` (gocryptfs's way to show names that do not decrypt); then unmounts.
 fn report(
     case: &str,
@@ -113,11 +120,12 @@ fn report(
     made: &BTreeSet<String>,
     extra: &str,
 ) {
-    let live = (settled(&vol.a.mnt), settled(&vol.b.mnt));
+    let live = settled(vol, SETTLE);
+    let later = settled(vol, IV_CACHE);
     mounts.0.unmount_fuse();
     mounts.1.unmount_fuse();
     let mounts = vol.mount_gocryptfs(&[]);
-    let remounted = (settled(&vol.a.mnt), settled(&vol.b.mnt));
+    let remounted = settled(vol, SETTLE);
     mounts.0.unmount_fuse();
     mounts.1.unmount_fuse();
     let mounts = vol.mount_gocryptfs(&["-ro", "-badname", "*"]);
@@ -128,6 +136,7 @@ fn report(
     let copies = iv_file_copies(pair);
     for (when, shown) in [
         ("live", &live),
+        ("a minute later", &later),
         ("remounted", &remounted),
         ("-badname '*'", &badname),
     ] {
@@ -208,7 +217,7 @@ fn gocryptfs_an_empty_winning_side() {
     let made: BTreeSet<String> = names.iter().map(|n| content(n)).collect();
     // The cloakfs test's edits through a's mount, each one's outcome.
     let a_docs = vol.a.mnt.join("docs");
-    settled(&a_docs);
+    settled(&vol, SETTLE);
     let outcome = |r: std::io::Result<()>| match r {
         Ok(()) => "ok".to_string(),
         Err(e) => format!("{:?}", e.kind()),
