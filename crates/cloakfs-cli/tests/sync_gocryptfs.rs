@@ -13,7 +13,7 @@ mod common;
 
 use common::gocryptfs::contents;
 use common::syncthing::{Pair, SyncedVolume, FOLDER};
-use common::Fixture;
+use common::{Fixture, MountGuard};
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -23,14 +23,6 @@ const SETTLE: Duration = Duration::from_secs(2);
 /// Longer than gocryptfs keeps directory IVs it read: its cache of them is cleared every 60 s,
 /// so until then a mount may go on naming entries under an IV the sync client replaced.
 const IV_CACHE: Duration = Duration::from_secs(61);
-
-fn run_here() -> bool {
-    if !common::slow() {
-        eprintln!("skipped: the gocryptfs sync-folder comparison runs with CLOAKFS_SLOW_TESTS=1");
-        return false;
-    }
-    common::gocryptfs::available()
-}
 
 fn content(name: &str) -> String {
     format!("contents of {name}\n")
@@ -88,25 +80,30 @@ fn count(made: &BTreeSet<String>, shown: &BTreeSet<String>, on_disk: &BTreeSet<S
 
 /// Sync clients' copies of `gocryptfs.diriv` in the backing folders of both devices.
 fn iv_file_copies(pair: &Pair) -> usize {
-    fn walk(dir: &Path) -> usize {
-        std::fs::read_dir(dir)
-            .unwrap()
-            .map(Result::unwrap)
-            .map(|e| {
-                let name = e.file_name().into_string().unwrap();
-                if e.file_type().unwrap().is_dir() {
-                    walk(&e.path())
-                } else {
-                    usize::from(
-                        name.starts_with("gocryptfs")
-                            && name != "gocryptfs.diriv"
-                            && name.contains("diriv"),
-                    )
-                }
-            })
-            .sum()
+    pair.count_files(|n| {
+        n.starts_with("gocryptfs") && n != "gocryptfs.diriv" && n.contains("diriv")
+    })
+}
+
+/// Whether the comparison runs here (slow tests on, gocryptfs installed); says why not.
+fn runs_here() -> bool {
+    if !common::slow() {
+        eprintln!("skipped: the gocryptfs sync-folder comparison runs with CLOAKFS_SLOW_TESTS=1");
+        return false;
     }
-    walk(&pair.a.folder) + walk(&pair.b.folder)
+    common::gocryptfs::available()
+}
+
+/// Two devices with a gocryptfs volume in their folder, mounted on both; `None` (said why)
+/// where the comparison does not run.
+fn start() -> Option<(Pair, SyncedVolume, (MountGuard, MountGuard))> {
+    if !runs_here() {
+        return None;
+    }
+    let pair = Pair::start();
+    let vol = SyncedVolume::init_gocryptfs(&pair);
+    let mounts = vol.mount_gocryptfs(&[]);
+    Some((pair, vol, mounts))
 }
 
 /// Prints the figures of a case: live (both mounts as they are, right away and once
@@ -116,7 +113,7 @@ fn report(
     case: &str,
     pair: &Pair,
     vol: &SyncedVolume,
-    mounts: (common::MountGuard, common::MountGuard),
+    mounts: (MountGuard, MountGuard),
     made: &BTreeSet<String>,
     extra: &str,
 ) {
@@ -172,12 +169,9 @@ fn side_names(side: &str, n: usize) -> Vec<String> {
 /// devices are apart, 8 files each side; after they meet, one more file written on each side.
 #[test]
 fn gocryptfs_same_new_directory_on_both_devices() {
-    if !run_here() {
+    let Some((pair, vol, mounts)) = start() else {
         return;
-    }
-    let pair = Pair::start();
-    let vol = SyncedVolume::init_gocryptfs(&pair);
-    let mounts = vol.mount_gocryptfs(&[]);
+    };
     pair.pause();
     let mut made = BTreeSet::new();
     for (f, side) in [(&vol.a, "a"), (&vol.b, "b")] {
@@ -202,12 +196,9 @@ fn gocryptfs_same_new_directory_on_both_devices() {
 /// cloakfs test's edits: b0.txt rewritten, b1.txt renamed, b2.txt removed.
 #[test]
 fn gocryptfs_an_empty_winning_side() {
-    if !run_here() {
+    let Some((pair, vol, mounts)) = start() else {
         return;
-    }
-    let pair = Pair::start();
-    let vol = SyncedVolume::init_gocryptfs(&pair);
-    let mounts = vol.mount_gocryptfs(&[]);
+    };
     pair.pause();
     let names = side_names("b", 8);
     make_files(&vol.b.mnt.join("docs"), &names);
@@ -223,13 +214,18 @@ fn gocryptfs_an_empty_winning_side() {
         Err(e) => format!("{:?}", e.kind()),
     };
     let listed_before = std::fs::read_dir(&a_docs).map_or(0, |d| d.count());
-    let edits =
-        format!(
-        "; through a: listed {listed_before}, read b3.txt {}, write b0.txt {}, rename b1.txt {}, \
-         remove b2.txt {}",
+    let edits = format!(
+        "; through a: listed {listed_before}, read b3.txt {}, write b0.txt {}, \
+         rename b1.txt {}, remove b2.txt {}",
         outcome(std::fs::read(a_docs.join("b3.txt")).map(drop)),
-        outcome(std::fs::write(a_docs.join("b0.txt"), content("b0.txt") + "more\n")),
-        outcome(std::fs::rename(a_docs.join("b1.txt"), a_docs.join("renamed.txt"))),
+        outcome(std::fs::write(
+            a_docs.join("b0.txt"),
+            content("b0.txt") + "more\n"
+        )),
+        outcome(std::fs::rename(
+            a_docs.join("b1.txt"),
+            a_docs.join("renamed.txt")
+        )),
         outcome(std::fs::remove_file(a_docs.join("b2.txt"))),
     );
     pair.sync();
@@ -241,12 +237,9 @@ fn gocryptfs_an_empty_winning_side() {
 /// `same.txt` made on both; then `gocryptfs -fsck` on a's copy (gocryptfs has no repair).
 #[test]
 fn gocryptfs_same_name_on_both_sides_and_fsck() {
-    if !run_here() {
+    let Some((pair, vol, mounts)) = start() else {
         return;
-    }
-    let pair = Pair::start();
-    let vol = SyncedVolume::init_gocryptfs(&pair);
-    let mounts = vol.mount_gocryptfs(&[]);
+    };
     pair.pause();
     let mut made = BTreeSet::new();
     for (f, side) in [(&vol.a, "a"), (&vol.b, "b")] {
@@ -284,12 +277,9 @@ fn long_stem() -> String {
 /// encrypted name.
 #[test]
 fn gocryptfs_syncthing_conflict_copies() {
-    if !run_here() {
+    let Some((pair, vol, mounts)) = start() else {
         return;
-    }
-    let pair = Pair::start();
-    let vol = SyncedVolume::init_gocryptfs(&pair);
-    let mounts = vol.mount_gocryptfs(&[]);
+    };
     let names = ["report.txt".to_string(), format!("{}.txt", long_stem())];
     for n in &names {
         std::fs::write(vol.a.mnt.join(n), b"first").unwrap();
@@ -331,10 +321,11 @@ fn gocryptfs_syncthing_conflict_copies() {
 /// volume.
 #[test]
 fn gocryptfs_other_clients_conflict_copies() {
-    if !run_here() {
+    if !runs_here() {
         return;
     }
-    let clients: [(&str, fn(&str) -> String); 7] = [
+    type Rename = fn(&str) -> String;
+    let clients: [(&str, Rename); 7] = [
         ("syncthing", |n| {
             format!("{n}.sync-conflict-20261128-101010-4CTITOD")
         }),

@@ -327,6 +327,24 @@ impl Pair {
         });
     }
 
+    /// How many files in the backing folders of both devices have a name that `wanted` takes.
+    pub fn count_files(&self, wanted: impl Fn(&str) -> bool) -> usize {
+        fn walk(dir: &Path, wanted: &dyn Fn(&str) -> bool) -> usize {
+            std::fs::read_dir(dir)
+                .unwrap()
+                .map(Result::unwrap)
+                .map(|e| {
+                    if e.file_type().unwrap().is_dir() {
+                        walk(&e.path(), wanted)
+                    } else {
+                        usize::from(wanted(&e.file_name().to_string_lossy()))
+                    }
+                })
+                .sum()
+        }
+        walk(&self.a.folder, &wanted) + walk(&self.b.folder, &wanted)
+    }
+
     /// Stops both devices.
     pub fn stop(mut self) {
         self.a.stop();
