@@ -27,6 +27,9 @@ pkgs+=(rsync)
 pkgs+=(sqlite3)
 # The sync-folder tests run two real Syncthing instances (Debian 12's 1.19) on 127.0.0.1.
 pkgs+=(syncthing)
+# The same cases against gocryptfs (Debian 12's 2.3) for docs/COMPARISON.md
+# (crates/cloakfs-cli/tests/sync_gocryptfs.rs, with CLOAKFS_SLOW_TESTS=1).
+pkgs+=(gocryptfs)
 # The independent decryptor's Python packages go into a virtual environment of the project's
 # (.venv), not the system's Python.
 pkgs+=(python3-venv)

@@ -1428,10 +1428,6 @@ fn tree_workloads(st: &Store, ops: usize) {
     }
 }
 
-fn slow() -> bool {
-    std::env::var_os("CLOAKFS_SLOW_TESTS").is_some_and(|v| v == "1")
-}
-
 #[test]
 fn gluster_two_clients_stay_consistent() {
     let st = Store::up("gluster");

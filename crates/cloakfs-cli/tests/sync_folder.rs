@@ -62,25 +62,7 @@ fn seen(vol: &SyncedVolume, dir: &str) -> Seen {
 
 /// Sync clients' copies of `cloakfs.dirid` in the backing folders of both devices.
 fn id_file_copies(pair: &Pair) -> usize {
-    fn walk(dir: &Path) -> usize {
-        std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap())
-            .map(|e| {
-                let name = e.file_name().into_string().unwrap();
-                if e.file_type().unwrap().is_dir() {
-                    walk(&e.path())
-                } else {
-                    usize::from(
-                        name.starts_with("cloakfs")
-                            && name != "cloakfs.dirid"
-                            && name.contains("dirid"),
-                    )
-                }
-            })
-            .sum()
-    }
-    walk(&pair.a.folder) + walk(&pair.b.folder)
+    pair.count_files(|n| n.starts_with("cloakfs") && n != "cloakfs.dirid" && n.contains("dirid"))
 }
 
 /// The case: the same new directory `docs` made through both mounts while the devices

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod daemon;
+pub mod gocryptfs;
 pub mod gpg;
 pub mod machine;
 pub mod syncthing;
@@ -133,12 +134,31 @@ impl MountGuard {
     }
 }
 
+impl MountGuard {
+    /// Unmounts any FUSE mount (`fusermount3 -u`), such as a peer's.
+    pub fn unmount_fuse(self) {
+        let out = Command::new("fusermount3")
+            .arg("-u")
+            .arg(&self.0)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "fusermount3 -u: {}", stderr(&out));
+        assert!(!is_mounted(&self.0));
+        std::mem::forget(self);
+    }
+}
+
 impl Drop for MountGuard {
     fn drop(&mut self) {
         if is_mounted(&self.0) {
             let _ = Command::new("fusermount3").arg("-uz").arg(&self.0).status();
         }
     }
+}
+
+/// Whether the long variants run (`CLOAKFS_SLOW_TESTS=1`, as in scripts/test.sh).
+pub fn slow() -> bool {
+    std::env::var_os("CLOAKFS_SLOW_TESTS").is_some_and(|v| v == "1")
 }
 
 pub fn s(p: &Path) -> &str {

@@ -327,6 +327,24 @@ impl Pair {
         });
     }
 
+    /// How many files in the backing folders of both devices have a name that `wanted` takes.
+    pub fn count_files(&self, wanted: impl Fn(&str) -> bool) -> usize {
+        fn walk(dir: &Path, wanted: &dyn Fn(&str) -> bool) -> usize {
+            std::fs::read_dir(dir)
+                .unwrap()
+                .map(Result::unwrap)
+                .map(|e| {
+                    if e.file_type().unwrap().is_dir() {
+                        walk(&e.path(), wanted)
+                    } else {
+                        usize::from(wanted(&e.file_name().to_string_lossy()))
+                    }
+                })
+                .sum()
+        }
+        walk(&self.a.folder, &wanted) + walk(&self.b.folder, &wanted)
+    }
+
     /// Stops both devices.
     pub fn stop(mut self) {
         self.a.stop();
@@ -343,15 +361,36 @@ pub struct SyncedVolume {
 impl SyncedVolume {
     /// Makes the volume on device a and waits until device b has it.
     pub fn init(pair: &Pair) -> Self {
+        Self::init_with(pair, |a| {
+            let out = a.init(&[]);
+            assert!(out.status.success(), "init: {}", super::stderr(&out));
+        })
+    }
+
+    /// The same with a gocryptfs volume of default settings instead (for the comparison in
+    /// docs/COMPARISON.md): mount it with `mount_gocryptfs`.
+    pub fn init_gocryptfs(pair: &Pair) -> Self {
+        Self::init_with(pair, super::Fixture::gocryptfs_init)
+    }
+
+    fn init_with(pair: &Pair, make: impl FnOnce(&super::Fixture)) -> Self {
         let mut a = super::Fixture::bare();
         a.cipher = pair.a.folder.join("vol");
-        let out = a.init(&[]);
-        assert!(out.status.success(), "init: {}", super::stderr(&out));
+        make(&a);
         let mut b = super::Fixture::bare();
         b.cipher = pair.b.folder.join("vol");
         std::fs::copy(&a.pass, &b.pass).unwrap();
         pair.sync();
         SyncedVolume { a, b }
+    }
+
+    /// Mounts both copies of a gocryptfs volume: `gocryptfs -passfile P [EXTRA] CIPHER MNT`.
+    /// Its default entry and attribute timeouts are 1 s, as `--cache-timeout 1` is cloakfs's.
+    pub fn mount_gocryptfs(&self, extra: &[&str]) -> (super::MountGuard, super::MountGuard) {
+        (
+            self.a.gocryptfs_mounted(extra),
+            self.b.gocryptfs_mounted(extra),
+        )
     }
 
     /// Mounts both copies with `--cache-timeout 1`, as USAGE.md advises for sync folders.
