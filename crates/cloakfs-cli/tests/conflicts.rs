@@ -385,3 +385,114 @@ fn syncthing_conflict_copies_are_listed_and_read_on_both_devices() {
     mb.unmount();
     pair.stop();
 }
+
+/// Syncthing's name for the losing device's copy of a directory's ID file.
+const ID_COPY: &str = "cloakfs.sync-conflict-20261128-151500-K64EJMH.dirid";
+
+/// `docs` with two IDs, as Syncthing leaves a directory two devices made with random IDs:
+/// `a.txt` named under the ID now in the copy [`ID_COPY`], then `b.txt` (and whatever
+/// `more` names) under the one in `cloakfs.dirid`. Returns `a.txt`'s backing path.
+fn two_ids(f: &Fixture, more: &[(&str, &[u8])]) -> PathBuf {
+    let v = volume(f);
+    let w = Writer::new(&v, &f.cipher);
+    let docs = w.mkdir(Path::new("docs")).unwrap();
+    let a = w.write_file(Path::new("docs/a.txt"), b"made on A").unwrap();
+    std::fs::rename(docs.join("cloakfs.dirid"), docs.join(ID_COPY)).unwrap();
+    std::fs::write(docs.join("cloakfs.dirid"), [0x5a; 16]).unwrap();
+    w.write_file(Path::new("docs/b.txt"), b"made on B").unwrap();
+    for (n, data) in more {
+        w.write_file(&Path::new("docs").join(n), data).unwrap();
+    }
+    a
+}
+
+/// `name -d` decrypts a name made under a directory's other ID file and says so; `rekey`
+/// refuses such a volume in one line pointing at `fsck --repair` (changing nothing), and
+/// converts it once repaired.
+#[test]
+fn name_and_rekey_on_a_directory_with_two_ids() {
+    let f = Fixture::new();
+    let a = two_ids(&f, &[]);
+    let out = run(&f, &["name", "-d", s(&f.cipher), s(&a)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), "/docs/a.txt\n");
+    assert!(
+        err.contains(ID_COPY) && err.contains("fsck --repair"),
+        "{err}"
+    );
+
+    let before = tree(&f.cipher);
+    let out = run(&f, &["rekey", s(&f.cipher)]);
+    assert_fails(&out, 2, "fsck --repair");
+    assert!(stderr(&out).contains("/docs"), "{}", stderr(&out));
+    assert_eq!(
+        tree(&f.cipher),
+        before,
+        "a refused rekey changed the cipher directory"
+    );
+
+    run(&f, &["fsck", "--repair", s(&f.cipher)]);
+    let out = run(&f, &["fsck", s(&f.cipher)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = run(&f, &["rekey", s(&f.cipher)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let dest = f.tmp.path().join("export");
+    let out = run(&f, &["export", s(&f.cipher), s(&dest)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read(dest.join("docs/a.txt")).unwrap(),
+        b"made on A"
+    );
+    assert_eq!(
+        std::fs::read(dest.join("docs/b.txt")).unwrap(),
+        b"made on B"
+    );
+}
+
+/// `rekey` does not convert a sync client's conflict copy (its contents would stay under the
+/// old key, its name would follow nothing): it refuses in one line, changing nothing.
+#[test]
+fn rekey_refuses_a_volume_holding_a_conflict_copy() {
+    let f = Fixture::new();
+    let copy = make_conflict(
+        &f,
+        "report.txt",
+        b"edit on A",
+        Some(b"edit on B"),
+        syncthing,
+        false,
+    );
+    let before = tree(&f.cipher);
+    let out = run(&f, &["rekey", s(&f.cipher)]);
+    assert_fails(&out, 2, "report (conflict 2026-11-28 4CTITOD).txt");
+    assert_eq!(tree(&f.cipher), before);
+    assert!(copy.exists());
+}
+
+/// Every backing path under `dir` with its content (files) or target (symlinks).
+fn tree(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            if m.is_dir() {
+                todo.push(p.clone());
+                out.push((p, Vec::new()));
+            } else if m.is_symlink() {
+                let t = std::fs::read_link(&p).unwrap();
+                out.push((p, t.into_os_string().into_encoded_bytes()));
+            } else {
+                out.push((p.clone(), std::fs::read(&p).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
