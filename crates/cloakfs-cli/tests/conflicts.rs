@@ -496,3 +496,63 @@ fn tree(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     out.sort();
     out
 }
+
+/// One name made under both IDs of a directory: `export` writes both (the one named under
+/// the ID-file copy under its conflict name, not over the other), and the mount, `name -d`
+/// and `fsck` name it alike; `fsck --repair` renames it to that name, so the view stays.
+#[test]
+fn a_name_under_both_ids_is_exported_listed_and_repaired_under_one_conflict_name() {
+    let f = Fixture::new();
+    let a = two_ids(&f, &[("a.txt", b"made on B too")]);
+    let shown = "a (conflict 2026-11-28 K64EJMH).txt";
+    let want = [
+        (shown, &b"made on A"[..]),
+        ("a.txt", b"made on B too"),
+        ("b.txt", b"made on B"),
+    ];
+    let exported = |dest: &Path| {
+        let out = run(&f, &["export", s(&f.cipher), s(dest)]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(ls(&dest.join("docs")), want.map(|(n, _)| n));
+        for (n, data) in want {
+            assert_eq!(
+                std::fs::read(dest.join("docs").join(n)).unwrap(),
+                data,
+                "{n}"
+            );
+        }
+    };
+    exported(&f.tmp.path().join("export"));
+    let out = run(&f, &["name", "-d", s(&f.cipher), s(&a)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        format!("/docs/{shown}\n")
+    );
+    let out = run(&f, &["fsck", s(&f.cipher)]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(
+            "conflict copy of /docs/a.txt (Syncthing, 2026-11-28 15:15:00, device K64EJMH)"
+        ),
+        "{text}"
+    );
+    let m = f.mounted(&[]);
+    let docs = f.mnt.join("docs");
+    // By name before any listing, then listed.
+    assert_eq!(std::fs::read(docs.join(shown)).unwrap(), b"made on A");
+    assert_eq!(ls(&docs), want.map(|(n, _)| n));
+    for (n, data) in want {
+        assert_eq!(std::fs::read(docs.join(n)).unwrap(), data, "{n}");
+    }
+    m.unmount();
+    run(&f, &["fsck", "--repair", s(&f.cipher)]);
+    let out = run(&f, &["fsck", s(&f.cipher)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(!f.cipher.join(a.parent().unwrap()).join(ID_COPY).exists());
+    exported(&f.tmp.path().join("export2"));
+}

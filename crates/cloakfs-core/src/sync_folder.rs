@@ -410,6 +410,129 @@ pub fn shown_conflict_entry(
     Some((copy, plain, shown))
 }
 
+/// How an entry of a directory is listed when it is shown under a conflict name: a sync
+/// client's conflict copy, or an entry named under a copy of the directory's ID file whose
+/// plaintext name an entry named under the directory's ID (or under an earlier copy) already
+/// has. Every reader (the mount, `fsck`, `export`, `name -d`) names them by
+/// [`conflicts_in_dir`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShownConflict {
+    /// What it is: the client's reading of the copy's name (for an entry under an ID-file
+    /// copy, the reading of that file's name, [`dir_id_copy_reading`]).
+    pub copy: ConflictCopy,
+    /// The plaintext name of the entry it is a copy of (or that it shares).
+    pub original: Vec<u8>,
+    /// The name it is listed under.
+    pub shown: Vec<u8>,
+}
+
+/// The reading of an ID-file copy's name (`cloakfs.sync-conflict-...dirid`, `cloakfs
+/// (1).dirid`, ...): what labels the entries named under its ID that are shown under a
+/// conflict name. A name no client's reading fits gets a generic label.
+pub fn dir_id_copy_reading(name: &str) -> ConflictCopy {
+    conflict_readings(name)
+        .into_iter()
+        .find(|c| c.original == names::DIRID_FILE)
+        .unwrap_or_else(|| ConflictCopy {
+            original: names::DIRID_FILE.to_string(),
+            client: SyncClient::Numbered,
+            date: None,
+            time: None,
+            device: Some(conflict_tag(name)),
+        })
+}
+
+/// Every entry of a backing directory that is listed under a conflict name, by backing name
+/// (FORMAT.md section 2.1, "Conflict copies", and section 9.2). `main` is the directory's ID
+/// (from `cloakfs.dirid`), `others` its ID-file copies (name and ID, sorted by name, without
+/// `main`), `listing` every backing name in it; `sidecar` gives a long entry's full encrypted
+/// name ([`long_name_in`]).
+///
+/// A shown name is `STEM (conflict LABEL)EXT` ([`shown_conflict_name`]), and it carries the
+/// tag ([`conflict_tag`] of the backing name) where an entry of the directory has it as its
+/// plaintext name. An entry named under an
+/// ID-file copy is shown under its own name unless an entry named under `main`, or under an
+/// earlier copy in `others`, has that name.
+pub fn conflicts_in_dir(
+    codec: &NameCodec,
+    main: &DirId,
+    others: &[(String, DirId)],
+    listing: &[String],
+    mut sidecar: impl FnMut(&str) -> Option<String>,
+) -> std::collections::BTreeMap<String, ShownConflict> {
+    use std::collections::{BTreeMap, HashSet};
+    let present: HashSet<&str> = listing.iter().map(String::as_str).collect();
+    let mut sorted: Vec<&str> = listing.iter().map(String::as_str).collect();
+    sorted.sort_unstable();
+    fn open(
+        codec: &NameCodec,
+        id: &DirId,
+        b: &str,
+        sidecar: &mut impl FnMut(&str) -> Option<String>,
+    ) -> Option<Vec<u8>> {
+        match names::classify(b) {
+            EntryKind::Encrypted(e) => codec.decrypt_short(id, e).ok(),
+            EntryKind::Long(l) if is_long_entry_name(l) => {
+                codec.decrypt_long(id, l, &sidecar(l)?).ok()
+            }
+            _ => None,
+        }
+    }
+    let exists_under = |id: &DirId, plain: &[u8]| {
+        codec
+            .encrypt(id, plain)
+            .is_ok_and(|s| present.contains(s.backing()))
+    };
+    let mut found: Vec<(&str, ConflictCopy, Vec<u8>)> = Vec::new();
+    // Entries named under the ID-file copies: (copy index, backing name, plaintext name).
+    let mut under_others: Vec<(usize, &str, Vec<u8>)> = Vec::new();
+    for b in sorted {
+        if open(codec, main, b, &mut sidecar).is_some() {
+            continue;
+        }
+        if let Some((copy, plain)) = open_conflict_copy(codec, main, b, &mut sidecar) {
+            found.push((b, copy, plain));
+            continue;
+        }
+        if let Some((k, plain)) = others
+            .iter()
+            .enumerate()
+            .find_map(|(k, (_, id))| open(codec, id, b, &mut sidecar).map(|p| (k, p)))
+        {
+            under_others.push((k, b, plain));
+        }
+    }
+    // The first ID that has a name keeps it, as a lookup finds it.
+    under_others.sort();
+    let mut had: HashSet<Vec<u8>> = HashSet::new();
+    for (k, b, plain) in under_others {
+        if exists_under(main, &plain) || !had.insert(plain.clone()) {
+            found.push((b, dir_id_copy_reading(&others[k].0), plain));
+        }
+    }
+    let mut out = BTreeMap::new();
+    for (b, copy, plain) in found {
+        let u = &shown_conflict_name(&plain, &copy, None);
+        let taken = std::iter::once(main)
+            .chain(others.iter().map(|(_, id)| id))
+            .any(|id| exists_under(id, u));
+        let shown = if taken {
+            shown_conflict_name(&plain, &copy, Some(&conflict_tag(b)))
+        } else {
+            u.clone()
+        };
+        out.insert(
+            b.to_string(),
+            ShownConflict {
+                copy,
+                original: plain,
+                shown,
+            },
+        );
+    }
+    out
+}
+
 /// The full encrypted name of long entry `long` in backing directory `dir`, for
 /// [`open_conflict_copy`]: from its sidecar, or, where the sync client left only a conflict
 /// copy of the sidecar, from that copy (a sidecar's content is fixed by its entry's name, so
@@ -648,6 +771,42 @@ mod tests {
     }
 
     use super::*;
+
+    const OTHER: DirId = DirId([9; 16]);
+    const ID_COPY: &str = "cloakfs.sync-conflict-20261128-151500-K64EJMH.dirid";
+
+    #[test]
+    fn a_name_taken_under_both_ids_is_shown_under_the_id_copys_conflict_name() {
+        let c = codec();
+        let main = short(&c, "same.txt");
+        let under = |plain: &str| match c.encrypt(&OTHER, plain.as_bytes()).unwrap() {
+            StoredName::Short(s) => s,
+            StoredName::Long { .. } => panic!("long"),
+        };
+        let (dup, own) = (under("same.txt"), under("only-b.txt"));
+        let others = [(ID_COPY.to_string(), OTHER)];
+        let got = conflicts_in_dir(&c, &DIR, &others, &[main, dup.clone(), own.clone()], |_| {
+            None
+        });
+        assert_eq!(got.len(), 1, "{got:?}");
+        let sc = &got[&dup];
+        assert_eq!(sc.shown, b"same (conflict 2026-11-28 K64EJMH).txt");
+        assert_eq!(sc.original, b"same.txt");
+        assert_eq!(sc.copy.client, SyncClient::Syncthing);
+        // A second copy of the ID file that has the name too: the first (by file name) keeps it.
+        const THIRD: DirId = DirId([11; 16]);
+        let third = match c.encrypt(&THIRD, b"only-b.txt").unwrap() {
+            StoredName::Short(s) => s,
+            StoredName::Long { .. } => panic!("long"),
+        };
+        let others = [
+            (ID_COPY.to_string(), OTHER),
+            ("cloakfs (1).dirid".to_string(), THIRD),
+        ];
+        let got = conflicts_in_dir(&c, &DIR, &others, &[own, third.clone()], |_| None);
+        assert_eq!(got.keys().collect::<Vec<_>>(), [&third]);
+        assert_eq!(got[&third].shown, b"only-b (conflict 1).txt");
+    }
 
     #[test]
     fn sync_clients_copies_of_an_id_file_are_known_and_others_are_not() {

@@ -225,6 +225,7 @@ impl CloakFs {
         let mut out = Vec::new();
         let mut decrypted = 0usize;
         let (mut undecryptable, mut copies) = (Vec::new(), Vec::new());
+        let mut conflicts = None;
         while let Some(ent) = d.next() {
             let ent = ent.map_err(errno)?;
             let raw = ent.file_name().to_bytes();
@@ -254,7 +255,7 @@ impl CloakFs {
             // A sync client's conflict copy: listed under a name that says so.
             let conflict = match (&class, &id) {
                 (Classified::Internal | Classified::Undecryptable(_), Some(id)) => {
-                    self.conflict_shown_name(dir, id, dfd, raw)
+                    self.conflict_shown_name(dir, id, dfd, raw, &mut conflicts)
                 }
                 _ => None,
             };
@@ -330,6 +331,7 @@ impl CloakFs {
             &mut undecryptable,
             &mut out,
             dev,
+            &mut conflicts,
         );
         for u in &undecryptable {
             self.warn_bad_name(dir, &u.raw, u.why);

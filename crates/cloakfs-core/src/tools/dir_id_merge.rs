@@ -2,7 +2,8 @@
 //! devices that gave one directory different IDs; `sync_folder::is_dir_id_copy`): the IDs of
 //! the copies, used by the walk to name the entries made under them, and the merge
 //! `fsck --repair` does: each such entry is renamed to its name under the main ID (a name
-//! taken under both becomes `NAME (conflict N).EXT`), then the copies nothing is named under
+//! taken under both gets the conflict name every reader lists it under,
+//! `sync_folder::conflicts_in_dir`), then the copies nothing is named under
 //! any more are removed. Nothing but the now unused copies is ever deleted.
 
 use crate::format::names::{self, DirId, StoredName};
@@ -33,11 +34,21 @@ pub fn copies(dir: &Path, names: &[OsString], main: &DirId) -> Vec<(PathBuf, Dir
     out
 }
 
-/// The plaintext name `plain` with ` (conflict N)` before its extension.
-fn conflict_name(plain: &[u8], n: u32) -> Vec<u8> {
-    let dot = plain.iter().rposition(|&b| b == b'.').filter(|&i| i > 0);
-    let (stem, ext) = plain.split_at(dot.unwrap_or(plain.len()));
-    [stem, format!(" (conflict {n})").as_bytes(), ext].concat()
+/// The ID-file copies of [`copies`] by file name, sorted by it, each ID once: the order in
+/// which readers try them (the first that has a name keeps it).
+pub fn named_copies(dir: &Path, names: &[OsString], main: &DirId) -> Vec<(String, DirId)> {
+    let mut v: Vec<(String, DirId)> = copies(dir, names, main)
+        .into_iter()
+        .filter_map(|(p, id)| Some((p.file_name()?.to_str()?.to_string(), id)))
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut seen: Vec<DirId> = Vec::new();
+    v.retain(|(_, id)| {
+        let fresh = !seen.contains(id);
+        seen.push(*id);
+        fresh
+    });
+    v
 }
 
 /// Merges backing directory `dir` (ID `main`) with its ID-file copies: renames every entry
@@ -48,31 +59,42 @@ pub fn merge(volume: &Volume, dir: &Path, main: &DirId) -> std::io::Result<usize
         .map(|e| e.map(|e| e.file_name()))
         .collect::<std::io::Result<_>>()?;
     let copies = copies(dir, &names, main);
+    let others = named_copies(dir, &names, main);
+    // A name taken under both IDs: the one under the copy gets the conflict name every reader
+    // shows it under, so nothing changes in the plaintext view.
+    let listing: Vec<String> = names
+        .iter()
+        .filter_map(|n| n.to_str().map(str::to_string))
+        .collect();
+    let shown =
+        crate::sync_folder::conflicts_in_dir(volume.names(), main, &others, &listing, |l| {
+            crate::sync_folder::long_name_in(dir, l)
+        });
+    let mut sorted: Vec<&OsString> = names.iter().collect();
+    sorted.sort();
     let mut moved = 0;
-    for name in names.iter().filter(|n| crate::tools::walk::is_payload(n)) {
+    for name in sorted
+        .into_iter()
+        .filter(|n| crate::tools::walk::is_payload(n))
+    {
         if decrypt_name(volume, main, dir, name).is_ok() {
             continue;
         }
-        let Some((plain, id)) = copies.iter().find_map(|(_, id)| {
+        let Some((plain, id)) = others.iter().find_map(|(_, id)| {
             decrypt_name(volume, id, dir, name)
                 .ok()
                 .map(|(p, _)| (p, *id))
         }) else {
             continue;
         };
-        let mut target = plain.clone();
-        let mut n = 0;
-        let stored = loop {
-            let stored = volume
-                .names()
-                .encrypt(main, &target)
-                .map_err(|e| std::io::Error::other(e.to_string()))?;
-            if dir.join(stored.backing()).symlink_metadata().is_err() {
-                break stored;
-            }
-            n += 1;
-            target = conflict_name(&plain, n);
-        };
+        let target = name
+            .to_str()
+            .and_then(|n| shown.get(n))
+            .map_or_else(|| plain.clone(), |c| c.shown.clone());
+        let stored = volume
+            .names()
+            .encrypt(main, &target)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
         write_sidecar(dir, &stored).map_err(|e| std::io::Error::other(e.to_string()))?;
         rustix::fs::renameat_with(
             rustix::fs::CWD,
@@ -99,16 +121,4 @@ pub fn merge(volume: &Volume, dir: &Path, main: &DirId) -> std::io::Result<usize
     }
     std::fs::File::open(dir)?.sync_all()?;
     Ok(moved)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn conflict_names_keep_the_extension() {
-        assert_eq!(conflict_name(b"report.txt", 1), b"report (conflict 1).txt");
-        assert_eq!(conflict_name(b"notes", 2), b"notes (conflict 2)");
-        assert_eq!(conflict_name(b".bashrc", 1), b".bashrc (conflict 1)");
-    }
 }

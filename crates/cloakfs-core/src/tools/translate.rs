@@ -203,14 +203,6 @@ pub fn decrypt_path_noting(
         let s = name.to_str().ok_or_else(|| {
             Error::Tampered(format!("{}: not an encrypted name", name.to_string_lossy()))
         })?;
-        // A sync client's conflict copy: its shown name, as the mount lists it.
-        let conflict = crate::sync_folder::shown_conflict_entry(
-            volume.names(),
-            &dir_id,
-            s,
-            |long| crate::sync_folder::long_name_in(&dir, long),
-            |b| dir.join(b).symlink_metadata().is_ok(),
-        );
         let open = |id: &names::DirId| match names::classify(s) {
             names::EntryKind::Encrypted(e) => volume.names().decrypt_short(id, e),
             names::EntryKind::Long(b) => {
@@ -221,33 +213,50 @@ pub fn decrypt_path_noting(
             }
             names::EntryKind::Internal => Err(Error::InvalidName),
         };
-        let plain_name = match names::classify(s) {
-            _ if conflict.is_some() => conflict.map(|(_, _, shown)| shown).unwrap_or_default(),
-            names::EntryKind::Encrypted(_) | names::EntryKind::Long(_) => match open(&dir_id) {
-                Ok(p) => p,
-                // Named under a sync client's copy of the directory's ID file?
-                Err(e) => {
-                    let listing: Vec<OsString> = std::fs::read_dir(&dir)?
-                        .map(|e| e.map(|e| e.file_name()))
-                        .collect::<io::Result<_>>()?;
-                    let copies = crate::tools::dir_id_merge::copies(&dir, &listing, &dir_id);
-                    let Some((p, copy)) = copies
-                        .iter()
-                        .find_map(|(copy, id)| open(id).ok().map(|p| (p, copy)))
-                    else {
-                        return Err(e);
-                    };
-                    notes.push(format!(
-                        "{}: named under the directory ID in {} (a sync client's copy of the \
-                         directory's {DIRID_FILE}: two devices gave it different IDs), not \
-                         under {DIRID_FILE}; `cloakfs fsck --repair` merges them under one",
-                        crate::tools::walk::display_plain(&plain.join(OsStr::from_bytes(&p))),
-                        copy.file_name().unwrap_or_default().to_string_lossy()
-                    ));
-                    p
+        let under_main = open(&dir_id);
+        // Not named under the directory's ID: a sync client's conflict copy, or named under a
+        // copy of the directory's ID file; shown as the mount lists it.
+        let elsewhere = match &under_main {
+            Ok(_) => None,
+            Err(_) => {
+                let listing: Vec<OsString> = std::fs::read_dir(&dir)?
+                    .map(|e| e.map(|e| e.file_name()))
+                    .collect::<io::Result<_>>()?;
+                let others = crate::tools::dir_id_merge::named_copies(&dir, &listing, &dir_id);
+                let strings: Vec<String> = listing
+                    .iter()
+                    .filter_map(|n| n.to_str().map(str::to_string))
+                    .collect();
+                let conflicts = crate::sync_folder::conflicts_in_dir(
+                    volume.names(),
+                    &dir_id,
+                    &others,
+                    &strings,
+                    |long| crate::sync_folder::long_name_in(&dir, long),
+                );
+                let copy = others
+                    .iter()
+                    .find_map(|(copy, id)| open(id).ok().map(|p| (p, copy.clone())));
+                match (conflicts.get(s), copy) {
+                    (Some(c), copy) => Some((c.shown.clone(), copy.map(|(_, n)| n))),
+                    (None, Some((p, n))) => Some((p, Some(n))),
+                    (None, None) => None,
                 }
-            },
-            names::EntryKind::Internal => match crate::tools::walk::sidecar_entry(s) {
+            }
+        };
+        if let Some((shown, Some(copy))) = &elsewhere {
+            notes.push(format!(
+                "{}: named under the directory ID in {copy} (a sync client's copy of the \
+                 directory's {DIRID_FILE}: two devices gave it different IDs), not under \
+                 {DIRID_FILE}; `cloakfs fsck --repair` merges them under one",
+                crate::tools::walk::display_plain(&plain.join(OsStr::from_bytes(shown))),
+            ));
+        }
+        let plain_name = match (names::classify(s), under_main) {
+            (_, Ok(p)) => p,
+            _ if elsewhere.is_some() => elsewhere.map(|(p, _)| p).unwrap_or_default(),
+            (names::EntryKind::Encrypted(_) | names::EntryKind::Long(_), Err(e)) => return Err(e),
+            (names::EntryKind::Internal, Err(_)) => match crate::tools::walk::sidecar_entry(s) {
                 Some(entry) if last => {
                     let full = read_sidecar(&dir.join(s))?;
                     volume
