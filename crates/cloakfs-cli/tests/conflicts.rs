@@ -556,3 +556,69 @@ fn a_name_under_both_ids_is_exported_listed_and_repaired_under_one_conflict_name
     assert!(!f.cipher.join(a.parent().unwrap()).join(ID_COPY).exists());
     exported(&f.tmp.path().join("export2"));
 }
+
+/// Conflict copies whose shown label is the same (Syncthing copies of one file made the same
+/// day by one device; a numbered ` (1)` and a Resilio `.Conflict1` copy) are listed under
+/// distinct names, the same in the mount, `name -d` and `export`.
+#[test]
+fn copies_with_one_label_are_listed_under_distinct_names() {
+    let f = Fixture::new();
+    let at = |t: &'static str| move |n: &str| format!("{n}.sync-conflict-20261128-{t}-4CTITOD");
+    let mut copies = vec![
+        make_conflict(&f, "report.txt", b"copy 1", Some(b"x"), at("101010"), false),
+        make_conflict(
+            &f,
+            "report.txt",
+            b"copy 2",
+            Some(b"kept"),
+            at("121212"),
+            false,
+        ),
+    ];
+    copies.push(make_conflict(
+        &f,
+        "notes.md",
+        b"n1",
+        Some(b"x"),
+        |n| format!("{n} (1)"),
+        false,
+    ));
+    copies.push(make_conflict(
+        &f,
+        "notes.md",
+        b"n2",
+        Some(b"notes"),
+        |n| format!("{n}.Conflict1"),
+        false,
+    ));
+    let m = f.mounted(&[]);
+    let listed = ls(&f.mnt);
+    let mut distinct = listed.clone();
+    distinct.dedup();
+    assert_eq!(distinct, listed);
+    assert_eq!(listed.len(), 6, "{listed:?}");
+    let seen: Vec<Vec<u8>> = listed
+        .iter()
+        .map(|n| std::fs::read(f.mnt.join(n)).unwrap())
+        .collect();
+    let mut read = seen.clone();
+    read.sort();
+    assert_eq!(
+        read,
+        [&b"copy 1"[..], b"copy 2", b"kept", b"n1", b"n2", b"notes"]
+    );
+    m.unmount();
+    let dest = f.tmp.path().join("export");
+    let out = run(&f, &["export", s(&f.cipher), s(&dest)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(ls(&dest), listed);
+    for c in &copies {
+        let out = run(&f, &["name", "-d", s(&f.cipher), s(c)]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let name = String::from_utf8(out.stdout).unwrap();
+        let name = name.trim_end().trim_start_matches('/');
+        assert!(listed.iter().any(|l| l == name), "{name} not in {listed:?}");
+        let i = listed.iter().position(|l| l == name).unwrap();
+        assert_eq!(std::fs::read(dest.join(name)).unwrap(), seen[i], "{name}");
+    }
+}

@@ -448,9 +448,10 @@ pub fn dir_id_copy_reading(name: &str) -> ConflictCopy {
 /// `main`), `listing` every backing name in it; `sidecar` gives a long entry's full encrypted
 /// name ([`long_name_in`]).
 ///
-/// A shown name is `STEM (conflict LABEL)EXT` ([`shown_conflict_name`]), and it carries the
-/// tag ([`conflict_tag`] of the backing name) where an entry of the directory has it as its
-/// plaintext name. An entry named under an
+/// The shown names are distinct and the same in every listing, on every device: a shown name
+/// is `STEM (conflict LABEL)EXT` ([`shown_conflict_name`]), and it carries the tag
+/// ([`conflict_tag`] of the backing name) where an entry of the directory has it as its
+/// plaintext name or another entry here would be shown under it too. An entry named under an
 /// ID-file copy is shown under its own name unless an entry named under `main`, or under an
 /// earlier copy in `others`, has that name.
 pub fn conflicts_in_dir(
@@ -510,13 +511,18 @@ pub fn conflicts_in_dir(
             found.push((b, dir_id_copy_reading(&others[k].0), plain));
         }
     }
+    let untagged: Vec<Vec<u8>> = found
+        .iter()
+        .map(|(_, copy, plain)| shown_conflict_name(plain, copy, None))
+        .collect();
     let mut out = BTreeMap::new();
-    for (b, copy, plain) in found {
-        let u = &shown_conflict_name(&plain, &copy, None);
+    for (i, (b, copy, plain)) in found.into_iter().enumerate() {
+        let u = &untagged[i];
+        let shared = untagged.iter().filter(|x| *x == u).count() > 1;
         let taken = std::iter::once(main)
             .chain(others.iter().map(|(_, id)| id))
             .any(|id| exists_under(id, u));
-        let shown = if taken {
+        let shown = if shared || taken {
             shown_conflict_name(&plain, &copy, Some(&conflict_tag(b)))
         } else {
             u.clone()
@@ -774,6 +780,47 @@ mod tests {
 
     const OTHER: DirId = DirId([9; 16]);
     const ID_COPY: &str = "cloakfs.sync-conflict-20261128-151500-K64EJMH.dirid";
+
+    fn shown_in(c: &NameCodec, others: &[(String, DirId)], listing: &[String]) -> Vec<String> {
+        conflicts_in_dir(c, &DIR, others, listing, |_| None)
+            .into_values()
+            .map(|v| String::from_utf8(v.shown).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn copies_with_one_label_get_distinct_names_the_same_in_any_order() {
+        let c = codec();
+        let e = short(&c, "report.txt");
+        // Same day, same device, another time; and two numbered forms.
+        let a = format!("{e}.sync-conflict-20261128-101010-4CTITOD");
+        let b = format!("{e}.sync-conflict-20261128-121212-4CTITOD");
+        let n1 = format!("{e} (1)");
+        let n2 = format!("{e}.Conflict1");
+        let mut listing = vec![e.clone(), a.clone(), b.clone(), n1.clone(), n2.clone()];
+        let got = shown_in(&c, &[], &listing);
+        listing.reverse();
+        assert_eq!(shown_in(&c, &[], &listing), got);
+        let mut dedup = got.clone();
+        dedup.sort();
+        dedup.dedup();
+        assert_eq!(dedup.len(), 4, "{got:?}");
+        let tagged =
+            |b: &str, label: &str| format!("report (conflict {label} #{}).txt", conflict_tag(b));
+        for (b, label) in [
+            (&a, "2026-11-28 4CTITOD"),
+            (&b, "2026-11-28 4CTITOD"),
+            (&n1, "1"),
+            (&n2, "1"),
+        ] {
+            assert!(got.contains(&tagged(b, label)), "{b}: {got:?}");
+        }
+        // Alone, a copy keeps the plain shown name.
+        assert_eq!(
+            shown_in(&c, &[], &[e, a]),
+            ["report (conflict 2026-11-28 4CTITOD).txt"]
+        );
+    }
 
     #[test]
     fn a_name_taken_under_both_ids_is_shown_under_the_id_copys_conflict_name() {
