@@ -622,3 +622,42 @@ fn copies_with_one_label_are_listed_under_distinct_names() {
         assert_eq!(std::fs::read(dest.join(name)).unwrap(), seen[i], "{name}");
     }
 }
+
+/// A long name's conflict copy that came with a copy of its sidecar: deleting or renaming the
+/// copy through the mount takes the sidecar's copy with it.
+#[test]
+fn a_long_copys_sidecar_copy_goes_with_it() {
+    let f = Fixture::new();
+    let long1 = format!("{}.txt", long_stem());
+    make_conflict(&f, &long1, b"copy", Some(b"kept"), syncthing, true);
+    let long2 = format!("{}2.md", long_stem());
+    make_conflict(&f, &long2, b"only copy", None, syncthing, true);
+    let left = || {
+        ls(&f.cipher)
+            .into_iter()
+            .filter(|n| n.contains("sync-conflict"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(left().len(), 4);
+    let m = f.mounted(&[]);
+    let shown = |stem: &str, ext: &str| format!("{stem} (conflict 2026-11-28 4CTITOD){ext}");
+    std::fs::remove_file(f.mnt.join(shown(&long_stem(), ".txt"))).unwrap();
+    std::fs::rename(
+        f.mnt.join(shown(&format!("{}2", long_stem()), ".md")),
+        f.mnt.join(&long2),
+    )
+    .unwrap();
+    assert_eq!(std::fs::read(f.mnt.join(&long1)).unwrap(), b"kept");
+    assert_eq!(std::fs::read(f.mnt.join(&long2)).unwrap(), b"only copy");
+    let mut want = vec![long1.clone(), long2.clone()];
+    want.sort();
+    assert_eq!(ls(&f.mnt), want);
+    m.unmount();
+    assert_eq!(left(), Vec::<String>::new());
+    let out = run(&f, &["fsck", s(&f.cipher)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

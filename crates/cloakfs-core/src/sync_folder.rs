@@ -539,6 +539,53 @@ pub fn conflicts_in_dir(
     out
 }
 
+/// After conflict copy `removed` of a long-name entry is gone from its directory (deleted or
+/// renamed through the mount), the conflict copies of that entry's sidecar to remove with it
+/// (`listing`: the backing names left in the directory). The ones the client made with the
+/// copy (the same marker) go, unless the entries left that need a sidecar (the long entry or
+/// another copy of it) would have none left; with no such entry left, all of them go.
+pub fn sidecar_copies_left_by(removed: &str, listing: &[String]) -> Vec<String> {
+    let Some(copy) = conflict_readings(removed)
+        .into_iter()
+        .find(|c| is_long_entry_name(&c.original))
+    else {
+        return Vec::new();
+    };
+    let long = copy.original.as_str();
+    let side = names::sidecar_name(long);
+    let same_marker = |c: &ConflictCopy| {
+        (c.client, &c.date, &c.time, &c.device)
+            == (copy.client, &copy.date, &copy.time, &copy.device)
+    };
+    let side_copies: Vec<(&String, bool)> = listing
+        .iter()
+        .filter(|n| **n != side)
+        .filter_map(|n| {
+            let r = conflict_readings(n)
+                .into_iter()
+                .find(|c| c.original == side)?;
+            Some((n, same_marker(&r)))
+        })
+        .collect();
+    let needed = listing
+        .iter()
+        .any(|n| n == long || (n != removed && is_conflict_copy_of(n, long)));
+    if !needed {
+        return side_copies.into_iter().map(|(n, _)| n.clone()).collect();
+    }
+    let own: Vec<String> = side_copies
+        .iter()
+        .filter(|(_, same)| *same)
+        .map(|(n, _)| (*n).clone())
+        .collect();
+    let other_source = listing.contains(&side) || side_copies.len() > own.len();
+    if other_source {
+        own
+    } else {
+        Vec::new()
+    }
+}
+
 /// The full encrypted name of long entry `long` in backing directory `dir`, for
 /// [`open_conflict_copy`]: from its sidecar, or, where the sync client left only a conflict
 /// copy of the sidecar, from that copy (a sidecar's content is fixed by its entry's name, so
@@ -853,6 +900,33 @@ mod tests {
         let got = conflicts_in_dir(&c, &DIR, &others, &[own, third.clone()], |_| None);
         assert_eq!(got.keys().collect::<Vec<_>>(), [&third]);
         assert_eq!(got[&third].shown, b"only-b (conflict 1).txt");
+    }
+
+    #[test]
+    fn a_long_copys_sidecar_copies_go_with_it_unless_another_entry_needs_them() {
+        let h = "H".repeat(43);
+        let long = format!("cloakfs.long.{h}");
+        let side = format!("{long}.name");
+        let copy = |m: &str| format!("cloakfs.long.{m}.{h}");
+        let side_copy = |m: &str| format!("{long}.{m}.name");
+        let (m1, m2) = (ST, "sync-conflict-20261128-121212-4CTITOD");
+        let l = |v: &[&String]| v.iter().map(|s| (*s).clone()).collect::<Vec<_>>();
+        // The only entry gone: every copy of its sidecar goes.
+        assert_eq!(
+            sidecar_copies_left_by(&copy(m1), &l(&[&side_copy(m1), &side_copy(m2)])),
+            [side_copy(m1), side_copy(m2)]
+        );
+        // The original is still there with its own sidecar: the copy's own goes.
+        assert_eq!(
+            sidecar_copies_left_by(&copy(m1), &l(&[&long, &side, &side_copy(m1)])),
+            [side_copy(m1)]
+        );
+        // Another copy still needs it, and it is the only source of the name: it stays.
+        assert!(sidecar_copies_left_by(&copy(m1), &l(&[&copy(m2), &side_copy(m1)])).is_empty());
+        // Not a copy of a long name: nothing.
+        assert!(
+            sidecar_copies_left_by("abc.sync-conflict-20261128-101010-4CTITOD", &[]).is_empty()
+        );
     }
 
     #[test]

@@ -108,6 +108,40 @@ impl CloakFs {
             long_name_of(dfd, long)
         })
     }
+
+    /// After backing entry `gone` of `dfd` was removed or renamed away: where it was a
+    /// conflict copy of a long-name entry, the copies of that entry's sidecar it leaves
+    /// behind go too (`sync_folder::sidecar_copies_left_by`).
+    pub(crate) fn remove_conflict_sidecars(&self, dfd: BorrowedFd<'_>, gone: &str) {
+        if !sync_folder::conflict_readings(gone)
+            .iter()
+            .any(|c| c.original.starts_with(names::LONG_PREFIX))
+        {
+            return;
+        }
+        let Ok(rfd) = sys::open_dir(dfd) else {
+            return;
+        };
+        let Ok(mut d) = Dir::read_from(&rfd) else {
+            return;
+        };
+        let mut listing = Vec::new();
+        while let Some(Ok(ent)) = d.read() {
+            if let Ok(n) = std::str::from_utf8(ent.file_name().to_bytes()) {
+                listing.push(n.to_string());
+            }
+        }
+        for side in sync_folder::sidecar_copies_left_by(gone, &listing) {
+            if let Err(e) = rustix::fs::unlinkat(dfd, side.as_str(), AtFlags::empty()) {
+                if e != rustix::io::Errno::NOENT {
+                    tracing::warn!(
+                        "{}/{side}: cannot remove a conflict copy's sidecar: {e}",
+                        sys::describe(dfd)
+                    );
+                }
+            }
+        }
+    }
 }
 
 /// The full encrypted name of long entry `long` of `dfd`: from its sidecar, or, where the

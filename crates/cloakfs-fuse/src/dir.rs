@@ -162,7 +162,19 @@ impl CloakFs {
 
     /// Removes the sidecar of a long name after its entry is gone.
     pub(crate) fn remove_sidecar(&self, dir: BorrowedFd<'_>, stored: &StoredName) {
-        if let StoredName::Long { backing, .. } = stored {
+        let backing = match stored {
+            StoredName::Long { backing, .. } => backing,
+            // An entry reached by its conflict name: a conflict copy (whose sidecar's copies
+            // go with it), or a long name under an ID-file copy (whose sidecar goes).
+            StoredName::Short(b) => {
+                self.remove_conflict_sidecars(dir, b);
+                if !matches!(names::classify(b), names::EntryKind::Long(_)) {
+                    return;
+                }
+                b
+            }
+        };
+        {
             let side = names::sidecar_name(backing);
             if let Err(e) = rustix::fs::unlinkat(dir, side.as_str(), AtFlags::empty()) {
                 if e != rustix::io::Errno::NOENT {
