@@ -661,3 +661,49 @@ fn a_long_copys_sidecar_copy_goes_with_it() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// `fsck --repair` gives a directory it writes an ID for the ID derived from its parent's and
+/// its name (FORMAT.md 9.2), not a random one, so two devices that repair the same volume
+/// agree: an empty directory whose ID file is lost, and a directory with two IDs merged.
+#[test]
+fn repairs_on_two_devices_agree_on_directory_ids() {
+    let f = Fixture::new();
+    let a = two_ids(&f, &[("a.txt", b"made on B too")]);
+    let v = volume(&f);
+    let w = Writer::new(&v, &f.cipher);
+    let empty = w.mkdir(Path::new("empty")).unwrap();
+    drop(w);
+    std::fs::remove_file(empty.join("cloakfs.dirid")).unwrap();
+    // The other device: a copy of the cipher directory.
+    let other = f.tmp.path().join("other");
+    let cp = std::process::Command::new("cp")
+        .args(["-a", s(&f.cipher), s(&other)])
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    for c in [&f.cipher, &other] {
+        run(&f, &["fsck", "--repair", s(c)]);
+        let out = run(&f, &["fsck", s(c)]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    let relative = |root: &Path| {
+        tree(root)
+            .into_iter()
+            .map(|(p, data)| (p.strip_prefix(root).unwrap().to_path_buf(), data))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(relative(&f.cipher), relative(&other));
+    let root = v.root_dir_id();
+    for (dir, name) in [(a.parent().unwrap(), "docs"), (empty.as_path(), "empty")] {
+        let want = v.new_dir_id(&root, name.as_bytes());
+        assert_eq!(
+            std::fs::read(dir.join("cloakfs.dirid")).unwrap(),
+            want.0,
+            "{name}"
+        );
+    }
+}

@@ -1,18 +1,20 @@
 //! Directories holding sync clients' copies of their `cloakfs.dirid` (a conflict between two
 //! devices that gave one directory different IDs; `sync_folder::is_dir_id_copy`): the IDs of
 //! the copies, used by the walk to name the entries made under them, and the merge
-//! `fsck --repair` does: each such entry is renamed to its name under the main ID (a name
+//! `fsck --repair` does: each entry is renamed to its name under one ID, the one derived from
+//! the directory's parent and name (FORMAT.md 9.2, so that two devices that repair agree; a
+//! name
 //! taken under both gets the conflict name every reader lists it under,
 //! `sync_folder::conflicts_in_dir`), then the copies nothing is named under
 //! any more are removed. Nothing but the now unused copies is ever deleted.
 
-use crate::format::names::{self, DirId, StoredName};
+use crate::format::names::{self, DirId, StoredName, DIRID_FILE};
 use crate::sync_folder::is_dir_id_copy;
 use crate::tools::paths::{parse_dir_id, write_sidecar, DIRID_LEN};
 use crate::tools::walk::decrypt_name;
 use crate::volume::Volume;
 use std::ffi::OsString;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -51,17 +53,17 @@ pub fn named_copies(dir: &Path, names: &[OsString], main: &DirId) -> Vec<(String
     v
 }
 
-/// Merges backing directory `dir` (ID `main`) with its ID-file copies: renames every entry
-/// named under a copy's ID to its name under `main`, then removes the copies. Returns how many
-/// entries it renamed.
-pub fn merge(volume: &Volume, dir: &Path, main: &DirId) -> std::io::Result<usize> {
-    let names: Vec<OsString> = std::fs::read_dir(dir)?
-        .map(|e| e.map(|e| e.file_name()))
-        .collect::<std::io::Result<_>>()?;
-    let copies = copies(dir, &names, main);
+/// Merges backing directory `dir` (ID `main`) with its ID-file copies under ID `target`
+/// (`main`, or the ID derived from the parent's and the directory's name: FORMAT.md 9.2, so
+/// that two devices that repair agree): renames every entry to its name under `target` (the
+/// name it is listed under: a name taken under two IDs keeps its conflict name), makes
+/// `target` the directory's ID, then removes the copies. Every entry stays readable at every
+/// step: `target` is written as one more copy of the ID file before any entry is renamed under
+/// it. Returns how many entries it renamed.
+pub fn merge(volume: &Volume, dir: &Path, main: &DirId, target: &DirId) -> std::io::Result<usize> {
+    let other = |e: crate::error::Error| std::io::Error::other(e.to_string());
+    let names = list(dir)?;
     let others = named_copies(dir, &names, main);
-    // A name taken under both IDs: the one under the copy gets the conflict name every reader
-    // shows it under, so nothing changes in the plaintext view.
     let listing: Vec<String> = names
         .iter()
         .filter_map(|n| n.to_str().map(str::to_string))
@@ -70,55 +72,107 @@ pub fn merge(volume: &Volume, dir: &Path, main: &DirId) -> std::io::Result<usize
         crate::sync_folder::conflicts_in_dir(volume.names(), main, &others, &listing, |l| {
             crate::sync_folder::long_name_in(dir, l)
         });
+    // Each entry with the name it is listed under and the ID it is named under now.
     let mut sorted: Vec<&OsString> = names.iter().collect();
     sorted.sort();
-    let mut moved = 0;
+    let mut moves = Vec::new();
     for name in sorted
         .into_iter()
         .filter(|n| crate::tools::walk::is_payload(n))
     {
-        if decrypt_name(volume, main, dir, name).is_ok() {
-            continue;
-        }
-        let Some((plain, id)) = others.iter().find_map(|(_, id)| {
-            decrypt_name(volume, id, dir, name)
-                .ok()
-                .map(|(p, _)| (p, *id))
-        }) else {
+        let found = std::iter::once(main)
+            .chain(others.iter().map(|(_, id)| id))
+            .find_map(|id| {
+                decrypt_name(volume, id, dir, name)
+                    .ok()
+                    .map(|(p, _)| (p, *id))
+            });
+        let Some((plain, id)) = found else {
             continue;
         };
-        let target = name
+        let listed = name
             .to_str()
             .and_then(|n| shown.get(n))
             .map_or_else(|| plain.clone(), |c| c.shown.clone());
-        let stored = volume
-            .names()
-            .encrypt(main, &target)
-            .map_err(|e| std::io::Error::other(e.to_string()))?;
-        write_sidecar(dir, &stored).map_err(|e| std::io::Error::other(e.to_string()))?;
-        rustix::fs::renameat_with(
-            rustix::fs::CWD,
-            dir.join(name).as_path(),
-            rustix::fs::CWD,
-            dir.join(stored.backing()).as_path(),
-            rustix::fs::RenameFlags::NOREPLACE,
-        )?;
-        // The old long name's sidecar, now without its entry.
-        let old = volume
-            .names()
-            .encrypt(&id, &plain)
-            .map_err(|e| std::io::Error::other(e.to_string()))?;
-        if let StoredName::Long { backing, .. } = old {
-            let _ = std::fs::remove_file(dir.join(names::sidecar_name(&backing)));
+        if id != *target || listed != plain {
+            moves.push((name.clone(), plain, id, listed));
         }
-        moved += 1;
+    }
+    if moves.is_empty() && others.is_empty() && main == target {
+        return Ok(0);
+    }
+    // The target ID as one more copy of the ID file, durable before anything is named under it.
+    let staged = dir.join(format!("{STAGED_PREFIX}{}.dirid", hex(&target.0)));
+    if target != main {
+        let mut f = std::fs::File::create(&staged)?;
+        f.write_all(&target.0)?;
+        f.sync_all()?;
+        if let Ok(m) = std::fs::metadata(dir.join(DIRID_FILE)) {
+            std::fs::set_permissions(&staged, m.permissions())?;
+        }
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    // An entry whose new name another entry still holds waits until that one has moved.
+    let mut moved = 0;
+    while !moves.is_empty() {
+        let before = moves.len();
+        let mut waiting = Vec::new();
+        for (name, plain, id, listed) in moves {
+            let stored = volume.names().encrypt(target, &listed).map_err(other)?;
+            if dir.join(stored.backing()).symlink_metadata().is_ok() {
+                waiting.push((name, plain, id, listed));
+                continue;
+            }
+            write_sidecar(dir, &stored).map_err(other)?;
+            rustix::fs::renameat_with(
+                rustix::fs::CWD,
+                dir.join(&name).as_path(),
+                rustix::fs::CWD,
+                dir.join(stored.backing()).as_path(),
+                rustix::fs::RenameFlags::NOREPLACE,
+            )?;
+            // The old long name's sidecar, now without its entry.
+            if let StoredName::Long { backing, .. } =
+                volume.names().encrypt(&id, &plain).map_err(other)?
+            {
+                if backing != stored.backing() {
+                    let _ = std::fs::remove_file(dir.join(names::sidecar_name(&backing)));
+                }
+            }
+            moved += 1;
+        }
+        if waiting.len() == before {
+            return Err(std::io::Error::other(format!(
+                "{} entries cannot be renamed under the merged ID: their names are taken",
+                waiting.len()
+            )));
+        }
+        moves = waiting;
     }
     std::fs::File::open(dir)?.sync_all()?;
-    // Only copies nothing is named under any more (every entry was moved above, unless a
-    // rename failed, which returned early).
-    for (path, _) in &copies {
-        std::fs::remove_file(path)?;
+    if target != main {
+        std::fs::rename(&staged, dir.join(DIRID_FILE))?;
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    // Nothing is named under any copy any more.
+    for n in list(dir)? {
+        if is_dir_id_copy(n.as_bytes()) {
+            std::fs::remove_file(dir.join(&n))?;
+        }
     }
     std::fs::File::open(dir)?.sync_all()?;
     Ok(moved)
+}
+
+/// Name prefix of the ID-file copy a merge writes before renaming entries under its ID.
+pub const STAGED_PREFIX: &str = "cloakfs.merge.";
+
+fn list(dir: &Path) -> std::io::Result<Vec<OsString>> {
+    std::fs::read_dir(dir)?
+        .map(|e| e.map(|e| e.file_name()))
+        .collect()
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }
