@@ -385,3 +385,325 @@ fn syncthing_conflict_copies_are_listed_and_read_on_both_devices() {
     mb.unmount();
     pair.stop();
 }
+
+/// Syncthing's name for the losing device's copy of a directory's ID file.
+const ID_COPY: &str = "cloakfs.sync-conflict-20261128-151500-K64EJMH.dirid";
+
+/// `docs` with two IDs, as Syncthing leaves a directory two devices made with random IDs:
+/// `a.txt` named under the ID now in the copy [`ID_COPY`], then `b.txt` (and whatever
+/// `more` names) under the one in `cloakfs.dirid`. Returns `a.txt`'s backing path.
+fn two_ids(f: &Fixture, more: &[(&str, &[u8])]) -> PathBuf {
+    let v = volume(f);
+    let w = Writer::new(&v, &f.cipher);
+    let docs = w.mkdir(Path::new("docs")).unwrap();
+    let a = w.write_file(Path::new("docs/a.txt"), b"made on A").unwrap();
+    std::fs::rename(docs.join("cloakfs.dirid"), docs.join(ID_COPY)).unwrap();
+    std::fs::write(docs.join("cloakfs.dirid"), [0x5a; 16]).unwrap();
+    w.write_file(Path::new("docs/b.txt"), b"made on B").unwrap();
+    for (n, data) in more {
+        w.write_file(&Path::new("docs").join(n), data).unwrap();
+    }
+    a
+}
+
+/// `name -d` decrypts a name made under a directory's other ID file and says so; `rekey`
+/// refuses such a volume in one line pointing at `fsck --repair` (changing nothing), and
+/// converts it once repaired.
+#[test]
+fn name_and_rekey_on_a_directory_with_two_ids() {
+    let f = Fixture::new();
+    let a = two_ids(&f, &[]);
+    let out = run(&f, &["name", "-d", s(&f.cipher), s(&a)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), "/docs/a.txt\n");
+    assert!(
+        err.contains(ID_COPY) && err.contains("fsck --repair"),
+        "{err}"
+    );
+
+    let before = tree(&f.cipher);
+    let out = run(&f, &["rekey", s(&f.cipher)]);
+    assert_fails(&out, 2, "fsck --repair");
+    assert!(stderr(&out).contains("/docs"), "{}", stderr(&out));
+    assert_eq!(
+        tree(&f.cipher),
+        before,
+        "a refused rekey changed the cipher directory"
+    );
+
+    run(&f, &["fsck", "--repair", s(&f.cipher)]);
+    let out = run(&f, &["fsck", s(&f.cipher)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = run(&f, &["rekey", s(&f.cipher)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let dest = f.tmp.path().join("export");
+    let out = run(&f, &["export", s(&f.cipher), s(&dest)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read(dest.join("docs/a.txt")).unwrap(),
+        b"made on A"
+    );
+    assert_eq!(
+        std::fs::read(dest.join("docs/b.txt")).unwrap(),
+        b"made on B"
+    );
+}
+
+/// `rekey` does not convert a sync client's conflict copy (its contents would stay under the
+/// old key, its name would follow nothing): it refuses in one line, changing nothing.
+#[test]
+fn rekey_refuses_a_volume_holding_a_conflict_copy() {
+    let f = Fixture::new();
+    let copy = make_conflict(
+        &f,
+        "report.txt",
+        b"edit on A",
+        Some(b"edit on B"),
+        syncthing,
+        false,
+    );
+    let before = tree(&f.cipher);
+    let out = run(&f, &["rekey", s(&f.cipher)]);
+    assert_fails(&out, 2, "report (conflict 2026-11-28 4CTITOD).txt");
+    assert_eq!(tree(&f.cipher), before);
+    assert!(copy.exists());
+}
+
+/// Every backing path under `dir` with its content (files) or target (symlinks).
+fn tree(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            if m.is_dir() {
+                todo.push(p.clone());
+                out.push((p, Vec::new()));
+            } else if m.is_symlink() {
+                let t = std::fs::read_link(&p).unwrap();
+                out.push((p, t.into_os_string().into_encoded_bytes()));
+            } else {
+                out.push((p.clone(), std::fs::read(&p).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// One name made under both IDs of a directory: `export` writes both (the one named under
+/// the ID-file copy under its conflict name, not over the other), and the mount, `name -d`
+/// and `fsck` name it alike; `fsck --repair` renames it to that name, so the view stays.
+#[test]
+fn a_name_under_both_ids_is_exported_listed_and_repaired_under_one_conflict_name() {
+    let f = Fixture::new();
+    let a = two_ids(&f, &[("a.txt", b"made on B too")]);
+    let shown = "a (conflict 2026-11-28 K64EJMH).txt";
+    let want = [
+        (shown, &b"made on A"[..]),
+        ("a.txt", b"made on B too"),
+        ("b.txt", b"made on B"),
+    ];
+    let exported = |dest: &Path| {
+        let out = run(&f, &["export", s(&f.cipher), s(dest)]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(ls(&dest.join("docs")), want.map(|(n, _)| n));
+        for (n, data) in want {
+            assert_eq!(
+                std::fs::read(dest.join("docs").join(n)).unwrap(),
+                data,
+                "{n}"
+            );
+        }
+    };
+    exported(&f.tmp.path().join("export"));
+    let out = run(&f, &["name", "-d", s(&f.cipher), s(&a)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        format!("/docs/{shown}\n")
+    );
+    let out = run(&f, &["fsck", s(&f.cipher)]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(
+            "conflict copy of /docs/a.txt (Syncthing, 2026-11-28 15:15:00, device K64EJMH)"
+        ),
+        "{text}"
+    );
+    let m = f.mounted(&[]);
+    let docs = f.mnt.join("docs");
+    // By name before any listing, then listed.
+    assert_eq!(std::fs::read(docs.join(shown)).unwrap(), b"made on A");
+    assert_eq!(ls(&docs), want.map(|(n, _)| n));
+    for (n, data) in want {
+        assert_eq!(std::fs::read(docs.join(n)).unwrap(), data, "{n}");
+    }
+    m.unmount();
+    run(&f, &["fsck", "--repair", s(&f.cipher)]);
+    let out = run(&f, &["fsck", s(&f.cipher)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(!f.cipher.join(a.parent().unwrap()).join(ID_COPY).exists());
+    exported(&f.tmp.path().join("export2"));
+}
+
+/// Conflict copies whose shown label is the same (Syncthing copies of one file made the same
+/// day by one device; a numbered ` (1)` and a Resilio `.Conflict1` copy) are listed under
+/// distinct names, the same in the mount, `name -d` and `export`.
+#[test]
+fn copies_with_one_label_are_listed_under_distinct_names() {
+    let f = Fixture::new();
+    let at = |t: &'static str| move |n: &str| format!("{n}.sync-conflict-20261128-{t}-4CTITOD");
+    let mut copies = vec![
+        make_conflict(&f, "report.txt", b"copy 1", Some(b"x"), at("101010"), false),
+        make_conflict(
+            &f,
+            "report.txt",
+            b"copy 2",
+            Some(b"kept"),
+            at("121212"),
+            false,
+        ),
+    ];
+    copies.push(make_conflict(
+        &f,
+        "notes.md",
+        b"n1",
+        Some(b"x"),
+        |n| format!("{n} (1)"),
+        false,
+    ));
+    copies.push(make_conflict(
+        &f,
+        "notes.md",
+        b"n2",
+        Some(b"notes"),
+        |n| format!("{n}.Conflict1"),
+        false,
+    ));
+    let m = f.mounted(&[]);
+    let listed = ls(&f.mnt);
+    let mut distinct = listed.clone();
+    distinct.dedup();
+    assert_eq!(distinct, listed);
+    assert_eq!(listed.len(), 6, "{listed:?}");
+    let seen: Vec<Vec<u8>> = listed
+        .iter()
+        .map(|n| std::fs::read(f.mnt.join(n)).unwrap())
+        .collect();
+    let mut read = seen.clone();
+    read.sort();
+    assert_eq!(
+        read,
+        [&b"copy 1"[..], b"copy 2", b"kept", b"n1", b"n2", b"notes"]
+    );
+    m.unmount();
+    let dest = f.tmp.path().join("export");
+    let out = run(&f, &["export", s(&f.cipher), s(&dest)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(ls(&dest), listed);
+    for c in &copies {
+        let out = run(&f, &["name", "-d", s(&f.cipher), s(c)]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let name = String::from_utf8(out.stdout).unwrap();
+        let name = name.trim_end().trim_start_matches('/');
+        assert!(listed.iter().any(|l| l == name), "{name} not in {listed:?}");
+        let i = listed.iter().position(|l| l == name).unwrap();
+        assert_eq!(std::fs::read(dest.join(name)).unwrap(), seen[i], "{name}");
+    }
+}
+
+/// A long name's conflict copy that came with a copy of its sidecar: deleting or renaming the
+/// copy through the mount takes the sidecar's copy with it.
+#[test]
+fn a_long_copys_sidecar_copy_goes_with_it() {
+    let f = Fixture::new();
+    let long1 = format!("{}.txt", long_stem());
+    make_conflict(&f, &long1, b"copy", Some(b"kept"), syncthing, true);
+    let long2 = format!("{}2.md", long_stem());
+    make_conflict(&f, &long2, b"only copy", None, syncthing, true);
+    let left = || {
+        ls(&f.cipher)
+            .into_iter()
+            .filter(|n| n.contains("sync-conflict"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(left().len(), 4);
+    let m = f.mounted(&[]);
+    let shown = |stem: &str, ext: &str| format!("{stem} (conflict 2026-11-28 4CTITOD){ext}");
+    std::fs::remove_file(f.mnt.join(shown(&long_stem(), ".txt"))).unwrap();
+    std::fs::rename(
+        f.mnt.join(shown(&format!("{}2", long_stem()), ".md")),
+        f.mnt.join(&long2),
+    )
+    .unwrap();
+    assert_eq!(std::fs::read(f.mnt.join(&long1)).unwrap(), b"kept");
+    assert_eq!(std::fs::read(f.mnt.join(&long2)).unwrap(), b"only copy");
+    let mut want = vec![long1.clone(), long2.clone()];
+    want.sort();
+    assert_eq!(ls(&f.mnt), want);
+    m.unmount();
+    assert_eq!(left(), Vec::<String>::new());
+    let out = run(&f, &["fsck", s(&f.cipher)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// `fsck --repair` gives a directory it writes an ID for the ID derived from its parent's and
+/// its name (FORMAT.md 9.2), not a random one, so two devices that repair the same volume
+/// agree: an empty directory whose ID file is lost, and a directory with two IDs merged.
+#[test]
+fn repairs_on_two_devices_agree_on_directory_ids() {
+    let f = Fixture::new();
+    let a = two_ids(&f, &[("a.txt", b"made on B too")]);
+    let v = volume(&f);
+    let w = Writer::new(&v, &f.cipher);
+    let empty = w.mkdir(Path::new("empty")).unwrap();
+    drop(w);
+    std::fs::remove_file(empty.join("cloakfs.dirid")).unwrap();
+    // The other device: a copy of the cipher directory.
+    let other = f.tmp.path().join("other");
+    let cp = std::process::Command::new("cp")
+        .args(["-a", s(&f.cipher), s(&other)])
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    for c in [&f.cipher, &other] {
+        run(&f, &["fsck", "--repair", s(c)]);
+        let out = run(&f, &["fsck", s(c)]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    let relative = |root: &Path| {
+        tree(root)
+            .into_iter()
+            .map(|(p, data)| (p.strip_prefix(root).unwrap().to_path_buf(), data))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(relative(&f.cipher), relative(&other));
+    let root = v.root_dir_id();
+    for (dir, name) in [(a.parent().unwrap(), "docs"), (empty.as_path(), "empty")] {
+        let want = v.new_dir_id(&root, name.as_bytes());
+        assert_eq!(
+            std::fs::read(dir.join("cloakfs.dirid")).unwrap(),
+            want.0,
+            "{name}"
+        );
+    }
+}

@@ -231,8 +231,9 @@ fn an_empty_winning_side_hides_nothing() {
 }
 
 /// Random IDs, and one name made on both sides: `fsck` names the directory with several IDs,
-/// `fsck --repair` merges them (the name taken on both sides becomes `same (conflict 1).txt`),
-/// after which `fsck` is clean and both devices see every file under one ID.
+/// `fsck --repair` merges them (the name taken on both sides keeps the conflict name the
+/// mounts showed it under, `same (conflict DATE DEVICE).txt` after the ID file's copy), after
+/// which `fsck` is clean and both devices see every file under one ID.
 #[test]
 fn fsck_repair_merges_a_directory_with_several_ids() {
     let pair = Pair::start();
@@ -250,9 +251,19 @@ fn fsck_repair_merges_a_directory_with_several_ids() {
     }
     pair.resume();
     pair.sync();
-    // While the two IDs stand, the mount shows one `same.txt` (never two of one name).
-    let listed = std::fs::read_dir(vol.a.mnt.join("docs")).unwrap().count();
-    assert_eq!(listed, 9);
+    // While the two IDs stand, the mount shows both `same.txt`, the one named under the ID
+    // file's copy under a conflict name (never two entries of one name).
+    let listed: Vec<String> = std::fs::read_dir(vol.a.mnt.join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(listed.len(), 10, "{listed:?}");
+    let shown: Vec<&String> = listed
+        .iter()
+        .filter(|n| n.starts_with("same (conflict "))
+        .collect();
+    assert_eq!(shown.len(), 1, "{listed:?}");
+    let shown = shown[0].clone();
     mounts.0.unmount();
     mounts.1.unmount();
 
@@ -296,7 +307,7 @@ fn fsck_repair_merges_a_directory_with_several_ids() {
         let mut names = readable(&docs, content);
         names.sort();
         assert_eq!(names.len(), 8, "{names:?}");
-        let mut same: Vec<String> = ["same.txt", "same (conflict 1).txt"]
+        let mut same: Vec<String> = ["same.txt", shown.as_str()]
             .iter()
             .map(|n| std::fs::read_to_string(docs.join(n)).unwrap())
             .collect();

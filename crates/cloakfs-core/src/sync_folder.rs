@@ -410,6 +410,182 @@ pub fn shown_conflict_entry(
     Some((copy, plain, shown))
 }
 
+/// How an entry of a directory is listed when it is shown under a conflict name: a sync
+/// client's conflict copy, or an entry named under a copy of the directory's ID file whose
+/// plaintext name an entry named under the directory's ID (or under an earlier copy) already
+/// has. Every reader (the mount, `fsck`, `export`, `name -d`) names them by
+/// [`conflicts_in_dir`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShownConflict {
+    /// What it is: the client's reading of the copy's name (for an entry under an ID-file
+    /// copy, the reading of that file's name, [`dir_id_copy_reading`]).
+    pub copy: ConflictCopy,
+    /// The plaintext name of the entry it is a copy of (or that it shares).
+    pub original: Vec<u8>,
+    /// The name it is listed under.
+    pub shown: Vec<u8>,
+}
+
+/// The reading of an ID-file copy's name (`cloakfs.sync-conflict-...dirid`, `cloakfs
+/// (1).dirid`, ...): what labels the entries named under its ID that are shown under a
+/// conflict name. A name no client's reading fits gets a generic label.
+pub fn dir_id_copy_reading(name: &str) -> ConflictCopy {
+    conflict_readings(name)
+        .into_iter()
+        .find(|c| c.original == names::DIRID_FILE)
+        .unwrap_or_else(|| ConflictCopy {
+            original: names::DIRID_FILE.to_string(),
+            client: SyncClient::Numbered,
+            date: None,
+            time: None,
+            device: Some(conflict_tag(name)),
+        })
+}
+
+/// Every entry of a backing directory that is listed under a conflict name, by backing name
+/// (FORMAT.md section 2.1, "Conflict copies", and section 9.2). `main` is the directory's ID
+/// (from `cloakfs.dirid`), `others` its ID-file copies (name and ID, sorted by name, without
+/// `main`), `listing` every backing name in it; `sidecar` gives a long entry's full encrypted
+/// name ([`long_name_in`]).
+///
+/// The shown names are distinct and the same in every listing, on every device: a shown name
+/// is `STEM (conflict LABEL)EXT` ([`shown_conflict_name`]), and it carries the tag
+/// ([`conflict_tag`] of the backing name) where an entry of the directory has it as its
+/// plaintext name or another entry here would be shown under it too. An entry named under an
+/// ID-file copy is shown under its own name unless an entry named under `main`, or under an
+/// earlier copy in `others`, has that name.
+pub fn conflicts_in_dir(
+    codec: &NameCodec,
+    main: &DirId,
+    others: &[(String, DirId)],
+    listing: &[String],
+    mut sidecar: impl FnMut(&str) -> Option<String>,
+) -> std::collections::BTreeMap<String, ShownConflict> {
+    use std::collections::{BTreeMap, HashSet};
+    let present: HashSet<&str> = listing.iter().map(String::as_str).collect();
+    let mut sorted: Vec<&str> = listing.iter().map(String::as_str).collect();
+    sorted.sort_unstable();
+    fn open(
+        codec: &NameCodec,
+        id: &DirId,
+        b: &str,
+        sidecar: &mut impl FnMut(&str) -> Option<String>,
+    ) -> Option<Vec<u8>> {
+        match names::classify(b) {
+            EntryKind::Encrypted(e) => codec.decrypt_short(id, e).ok(),
+            EntryKind::Long(l) if is_long_entry_name(l) => {
+                codec.decrypt_long(id, l, &sidecar(l)?).ok()
+            }
+            _ => None,
+        }
+    }
+    let exists_under = |id: &DirId, plain: &[u8]| {
+        codec
+            .encrypt(id, plain)
+            .is_ok_and(|s| present.contains(s.backing()))
+    };
+    let mut found: Vec<(&str, ConflictCopy, Vec<u8>)> = Vec::new();
+    // Entries named under the ID-file copies: (copy index, backing name, plaintext name).
+    let mut under_others: Vec<(usize, &str, Vec<u8>)> = Vec::new();
+    for b in sorted {
+        if open(codec, main, b, &mut sidecar).is_some() {
+            continue;
+        }
+        if let Some((copy, plain)) = open_conflict_copy(codec, main, b, &mut sidecar) {
+            found.push((b, copy, plain));
+            continue;
+        }
+        if let Some((k, plain)) = others
+            .iter()
+            .enumerate()
+            .find_map(|(k, (_, id))| open(codec, id, b, &mut sidecar).map(|p| (k, p)))
+        {
+            under_others.push((k, b, plain));
+        }
+    }
+    // The first ID that has a name keeps it, as a lookup finds it.
+    under_others.sort();
+    let mut had: HashSet<Vec<u8>> = HashSet::new();
+    for (k, b, plain) in under_others {
+        if exists_under(main, &plain) || !had.insert(plain.clone()) {
+            found.push((b, dir_id_copy_reading(&others[k].0), plain));
+        }
+    }
+    let untagged: Vec<Vec<u8>> = found
+        .iter()
+        .map(|(_, copy, plain)| shown_conflict_name(plain, copy, None))
+        .collect();
+    let mut out = BTreeMap::new();
+    for (i, (b, copy, plain)) in found.into_iter().enumerate() {
+        let u = &untagged[i];
+        let shared = untagged.iter().filter(|x| *x == u).count() > 1;
+        let taken = std::iter::once(main)
+            .chain(others.iter().map(|(_, id)| id))
+            .any(|id| exists_under(id, u));
+        let shown = if shared || taken {
+            shown_conflict_name(&plain, &copy, Some(&conflict_tag(b)))
+        } else {
+            u.clone()
+        };
+        out.insert(
+            b.to_string(),
+            ShownConflict {
+                copy,
+                original: plain,
+                shown,
+            },
+        );
+    }
+    out
+}
+
+/// After conflict copy `removed` of a long-name entry is gone from its directory (deleted or
+/// renamed through the mount), the conflict copies of that entry's sidecar to remove with it
+/// (`listing`: the backing names left in the directory). The ones the client made with the
+/// copy (the same marker) go, unless the entries left that need a sidecar (the long entry or
+/// another copy of it) would have none left; with no such entry left, all of them go.
+pub fn sidecar_copies_left_by(removed: &str, listing: &[String]) -> Vec<String> {
+    let Some(copy) = conflict_readings(removed)
+        .into_iter()
+        .find(|c| is_long_entry_name(&c.original))
+    else {
+        return Vec::new();
+    };
+    let long = copy.original.as_str();
+    let side = names::sidecar_name(long);
+    let same_marker = |c: &ConflictCopy| {
+        (c.client, &c.date, &c.time, &c.device)
+            == (copy.client, &copy.date, &copy.time, &copy.device)
+    };
+    let side_copies: Vec<(&String, bool)> = listing
+        .iter()
+        .filter(|n| **n != side)
+        .filter_map(|n| {
+            let r = conflict_readings(n)
+                .into_iter()
+                .find(|c| c.original == side)?;
+            Some((n, same_marker(&r)))
+        })
+        .collect();
+    let needed = listing
+        .iter()
+        .any(|n| n == long || (n != removed && is_conflict_copy_of(n, long)));
+    if !needed {
+        return side_copies.into_iter().map(|(n, _)| n.clone()).collect();
+    }
+    let own: Vec<String> = side_copies
+        .iter()
+        .filter(|(_, same)| *same)
+        .map(|(n, _)| (*n).clone())
+        .collect();
+    let other_source = listing.contains(&side) || side_copies.len() > own.len();
+    if other_source {
+        own
+    } else {
+        Vec::new()
+    }
+}
+
 /// The full encrypted name of long entry `long` in backing directory `dir`, for
 /// [`open_conflict_copy`]: from its sidecar, or, where the sync client left only a conflict
 /// copy of the sidecar, from that copy (a sidecar's content is fixed by its entry's name, so
@@ -648,6 +824,110 @@ mod tests {
     }
 
     use super::*;
+
+    const OTHER: DirId = DirId([9; 16]);
+    const ID_COPY: &str = "cloakfs.sync-conflict-20261128-151500-K64EJMH.dirid";
+
+    fn shown_in(c: &NameCodec, others: &[(String, DirId)], listing: &[String]) -> Vec<String> {
+        conflicts_in_dir(c, &DIR, others, listing, |_| None)
+            .into_values()
+            .map(|v| String::from_utf8(v.shown).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn copies_with_one_label_get_distinct_names_the_same_in_any_order() {
+        let c = codec();
+        let e = short(&c, "report.txt");
+        // Same day, same device, another time; and two numbered forms.
+        let a = format!("{e}.sync-conflict-20261128-101010-4CTITOD");
+        let b = format!("{e}.sync-conflict-20261128-121212-4CTITOD");
+        let n1 = format!("{e} (1)");
+        let n2 = format!("{e}.Conflict1");
+        let mut listing = vec![e.clone(), a.clone(), b.clone(), n1.clone(), n2.clone()];
+        let got = shown_in(&c, &[], &listing);
+        listing.reverse();
+        assert_eq!(shown_in(&c, &[], &listing), got);
+        let mut dedup = got.clone();
+        dedup.sort();
+        dedup.dedup();
+        assert_eq!(dedup.len(), 4, "{got:?}");
+        let tagged =
+            |b: &str, label: &str| format!("report (conflict {label} #{}).txt", conflict_tag(b));
+        for (b, label) in [
+            (&a, "2026-11-28 4CTITOD"),
+            (&b, "2026-11-28 4CTITOD"),
+            (&n1, "1"),
+            (&n2, "1"),
+        ] {
+            assert!(got.contains(&tagged(b, label)), "{b}: {got:?}");
+        }
+        // Alone, a copy keeps the plain shown name.
+        assert_eq!(
+            shown_in(&c, &[], &[e, a]),
+            ["report (conflict 2026-11-28 4CTITOD).txt"]
+        );
+    }
+
+    #[test]
+    fn a_name_taken_under_both_ids_is_shown_under_the_id_copys_conflict_name() {
+        let c = codec();
+        let main = short(&c, "same.txt");
+        let under = |plain: &str| match c.encrypt(&OTHER, plain.as_bytes()).unwrap() {
+            StoredName::Short(s) => s,
+            StoredName::Long { .. } => panic!("long"),
+        };
+        let (dup, own) = (under("same.txt"), under("only-b.txt"));
+        let others = [(ID_COPY.to_string(), OTHER)];
+        let got = conflicts_in_dir(&c, &DIR, &others, &[main, dup.clone(), own.clone()], |_| {
+            None
+        });
+        assert_eq!(got.len(), 1, "{got:?}");
+        let sc = &got[&dup];
+        assert_eq!(sc.shown, b"same (conflict 2026-11-28 K64EJMH).txt");
+        assert_eq!(sc.original, b"same.txt");
+        assert_eq!(sc.copy.client, SyncClient::Syncthing);
+        // A second copy of the ID file that has the name too: the first (by file name) keeps it.
+        const THIRD: DirId = DirId([11; 16]);
+        let third = match c.encrypt(&THIRD, b"only-b.txt").unwrap() {
+            StoredName::Short(s) => s,
+            StoredName::Long { .. } => panic!("long"),
+        };
+        let others = [
+            (ID_COPY.to_string(), OTHER),
+            ("cloakfs (1).dirid".to_string(), THIRD),
+        ];
+        let got = conflicts_in_dir(&c, &DIR, &others, &[own, third.clone()], |_| None);
+        assert_eq!(got.keys().collect::<Vec<_>>(), [&third]);
+        assert_eq!(got[&third].shown, b"only-b (conflict 1).txt");
+    }
+
+    #[test]
+    fn a_long_copys_sidecar_copies_go_with_it_unless_another_entry_needs_them() {
+        let h = "H".repeat(43);
+        let long = format!("cloakfs.long.{h}");
+        let side = format!("{long}.name");
+        let copy = |m: &str| format!("cloakfs.long.{m}.{h}");
+        let side_copy = |m: &str| format!("{long}.{m}.name");
+        let (m1, m2) = (ST, "sync-conflict-20261128-121212-4CTITOD");
+        let l = |v: &[&String]| v.iter().map(|s| (*s).clone()).collect::<Vec<_>>();
+        // The only entry gone: every copy of its sidecar goes.
+        assert_eq!(
+            sidecar_copies_left_by(&copy(m1), &l(&[&side_copy(m1), &side_copy(m2)])),
+            [side_copy(m1), side_copy(m2)]
+        );
+        // The original is still there with its own sidecar: the copy's own goes.
+        assert_eq!(
+            sidecar_copies_left_by(&copy(m1), &l(&[&long, &side, &side_copy(m1)])),
+            [side_copy(m1)]
+        );
+        // Another copy still needs it, and it is the only source of the name: it stays.
+        assert!(sidecar_copies_left_by(&copy(m1), &l(&[&copy(m2), &side_copy(m1)])).is_empty());
+        // Not a copy of a long name: nothing.
+        assert!(
+            sidecar_copies_left_by("abc.sync-conflict-20261128-101010-4CTITOD", &[]).is_empty()
+        );
+    }
 
     #[test]
     fn sync_clients_copies_of_an_id_file_are_known_and_others_are_not() {

@@ -325,6 +325,13 @@ impl Volume {
         self.dir_ids.derive(parent, name)
     }
 
+    /// The ID derived for a directory named `name` (plaintext) in the directory with ID
+    /// `parent` (FORMAT.md 9.2), whatever [`Volume::new_dir_id`] gives: what `fsck --repair`
+    /// writes, so two devices that repair agree.
+    pub fn derived_dir_id(&self, parent: &DirId, name: &[u8]) -> DirId {
+        self.dir_ids.derive(parent, name)
+    }
+
     /// The root directory's ID (the volume ID; the root has no `cloakfs.dirid` file).
     pub fn root_dir_id(&self) -> DirId {
         DirId(self.config.params.volume_id)

@@ -7,24 +7,30 @@ use crate::fs::CloakFs;
 use crate::inode::Inode;
 use crate::sys;
 use cloakfs_core::format::names::{self, DirId, StoredName};
-use cloakfs_core::sync_folder::{self, ConflictCopy};
+use cloakfs_core::sync_folder::{self, ConflictCopy, ShownConflict};
 use rustix::fd::BorrowedFd;
 use rustix::fs::{AtFlags, Dir};
+use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
+
+/// The entries of one directory shown under conflict names, by backing name.
+pub(crate) type Conflicts = BTreeMap<String, ShownConflict>;
 
 impl CloakFs {
     /// The shown name of backing entry `backing` of `dir` (ID `id`, open as `dfd`) if it is
     /// a conflict copy whose original opens; logs each copy once (by its backing name).
+    /// `cache` keeps the directory's conflict names for the rest of a listing.
     pub(crate) fn conflict_shown_name(
         &self,
         dir: &Inode,
         id: &DirId,
         dfd: BorrowedFd<'_>,
         backing: &[u8],
+        cache: &mut Option<Conflicts>,
     ) -> Option<Vec<u8>> {
         let backing = std::str::from_utf8(backing).ok()?;
-        let (copy, plain) = self.open_conflict(id, dfd, backing)?;
+        let (copy, _) = self.open_conflict(id, dfd, backing)?;
         let fresh = self
             .warned
             .lock()
@@ -37,7 +43,8 @@ impl CloakFs {
                 copy.client.label()
             );
         }
-        Some(self.shown_for(id, dfd, backing, &copy, &plain))
+        let conflicts = cache.get_or_insert_with(|| self.conflicts_of(id, dfd));
+        conflicts.get(backing).map(|c| c.shown.clone())
     }
 
     /// Where shown name `name` of `dir` is a conflict copy and no entry has that name
@@ -57,25 +64,37 @@ impl CloakFs {
         let Ok(id) = self.dir_id(dir) else {
             return stored;
         };
-        self.find_conflict_copy(dir.fd(), &id, name.as_bytes())
-            .map_or(stored, StoredName::Short)
+        self.conflicts_of(&id, dir.fd())
+            .into_iter()
+            .find(|(_, c)| c.shown == name.as_bytes())
+            .map_or(stored, |(backing, _)| StoredName::Short(backing))
     }
 
-    /// The backing entry of `dfd` listed under shown name `want`, by a scan.
-    fn find_conflict_copy(&self, dfd: BorrowedFd<'_>, id: &DirId, want: &[u8]) -> Option<String> {
-        let rfd = sys::open_dir(dfd).ok()?;
-        let mut d = Dir::read_from(&rfd).ok()?;
+    /// The entries of directory `dfd` (ID `id`) shown under conflict names, by one scan of
+    /// it (`cloakfs_core::sync_folder::conflicts_in_dir`: every reader names them alike).
+    pub(crate) fn conflicts_of(&self, id: &DirId, dfd: BorrowedFd<'_>) -> Conflicts {
+        let Ok(rfd) = sys::open_dir(dfd) else {
+            return Conflicts::new();
+        };
+        let Ok(mut d) = Dir::read_from(&rfd) else {
+            return Conflicts::new();
+        };
+        let (mut listing, mut copies) = (Vec::new(), Vec::new());
         while let Some(Ok(ent)) = d.read() {
-            let Ok(backing) = std::str::from_utf8(ent.file_name().to_bytes()) else {
-                continue;
-            };
-            if let Some((copy, plain)) = self.open_conflict(id, dfd, backing) {
-                if self.shown_for(id, dfd, backing, &copy, &plain) == want {
-                    return Some(backing.to_string());
+            let raw = ent.file_name().to_bytes();
+            if sync_folder::is_dir_id_copy(raw) {
+                copies.push(raw.to_vec());
+            }
+            if let Ok(n) = std::str::from_utf8(raw) {
+                if n != "." && n != ".." {
+                    listing.push(n.to_string());
                 }
             }
         }
-        None
+        let others = Self::read_dir_id_copies(dfd, &copies, Some(id));
+        sync_folder::conflicts_in_dir(self.volume.names(), id, &others, &listing, |long| {
+            long_name_of(dfd, long)
+        })
     }
 
     /// The accepted reading of `backing` as a conflict copy, with its original's plaintext.
@@ -90,25 +109,37 @@ impl CloakFs {
         })
     }
 
-    /// The shown name of copy `backing`, tagged where an entry already has the plain one.
-    fn shown_for(
-        &self,
-        id: &DirId,
-        dfd: BorrowedFd<'_>,
-        backing: &str,
-        copy: &ConflictCopy,
-        plain: &[u8],
-    ) -> Vec<u8> {
-        let shown = sync_folder::shown_conflict_name(plain, copy, None);
-        let taken =
-            self.volume.names().encrypt(id, &shown).is_ok_and(|s| {
-                rustix::fs::statat(dfd, s.backing(), AtFlags::SYMLINK_NOFOLLOW).is_ok()
-            });
-        if taken {
-            let tag = sync_folder::conflict_tag(backing);
-            sync_folder::shown_conflict_name(plain, copy, Some(&tag))
-        } else {
-            shown
+    /// After backing entry `gone` of `dfd` was removed or renamed away: where it was a
+    /// conflict copy of a long-name entry, the copies of that entry's sidecar it leaves
+    /// behind go too (`sync_folder::sidecar_copies_left_by`).
+    pub(crate) fn remove_conflict_sidecars(&self, dfd: BorrowedFd<'_>, gone: &str) {
+        if !sync_folder::conflict_readings(gone)
+            .iter()
+            .any(|c| c.original.starts_with(names::LONG_PREFIX))
+        {
+            return;
+        }
+        let Ok(rfd) = sys::open_dir(dfd) else {
+            return;
+        };
+        let Ok(mut d) = Dir::read_from(&rfd) else {
+            return;
+        };
+        let mut listing = Vec::new();
+        while let Some(Ok(ent)) = d.read() {
+            if let Ok(n) = std::str::from_utf8(ent.file_name().to_bytes()) {
+                listing.push(n.to_string());
+            }
+        }
+        for side in sync_folder::sidecar_copies_left_by(gone, &listing) {
+            if let Err(e) = rustix::fs::unlinkat(dfd, side.as_str(), AtFlags::empty()) {
+                if e != rustix::io::Errno::NOENT {
+                    tracing::warn!(
+                        "{}/{side}: cannot remove a conflict copy's sidecar: {e}",
+                        sys::describe(dfd)
+                    );
+                }
+            }
         }
     }
 }

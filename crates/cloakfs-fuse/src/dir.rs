@@ -162,7 +162,19 @@ impl CloakFs {
 
     /// Removes the sidecar of a long name after its entry is gone.
     pub(crate) fn remove_sidecar(&self, dir: BorrowedFd<'_>, stored: &StoredName) {
-        if let StoredName::Long { backing, .. } = stored {
+        let backing = match stored {
+            StoredName::Long { backing, .. } => backing,
+            // An entry reached by its conflict name: a conflict copy (whose sidecar's copies
+            // go with it), or a long name under an ID-file copy (whose sidecar goes).
+            StoredName::Short(b) => {
+                self.remove_conflict_sidecars(dir, b);
+                if !matches!(names::classify(b), names::EntryKind::Long(_)) {
+                    return;
+                }
+                b
+            }
+        };
+        {
             let side = names::sidecar_name(backing);
             if let Err(e) = rustix::fs::unlinkat(dir, side.as_str(), AtFlags::empty()) {
                 if e != rustix::io::Errno::NOENT {
@@ -225,6 +237,7 @@ impl CloakFs {
         let mut out = Vec::new();
         let mut decrypted = 0usize;
         let (mut undecryptable, mut copies) = (Vec::new(), Vec::new());
+        let mut conflicts = None;
         while let Some(ent) = d.next() {
             let ent = ent.map_err(errno)?;
             let raw = ent.file_name().to_bytes();
@@ -254,7 +267,7 @@ impl CloakFs {
             // A sync client's conflict copy: listed under a name that says so.
             let conflict = match (&class, &id) {
                 (Classified::Internal | Classified::Undecryptable(_), Some(id)) => {
-                    self.conflict_shown_name(dir, id, dfd, raw)
+                    self.conflict_shown_name(dir, id, dfd, raw, &mut conflicts)
                 }
                 _ => None,
             };
@@ -330,6 +343,7 @@ impl CloakFs {
             &mut undecryptable,
             &mut out,
             dev,
+            &mut conflicts,
         );
         for u in &undecryptable {
             self.warn_bad_name(dir, &u.raw, u.why);

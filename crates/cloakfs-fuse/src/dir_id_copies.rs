@@ -34,27 +34,31 @@ pub(crate) struct Unnamed {
 }
 
 impl CloakFs {
-    /// The IDs in ID-file copies `names` of directory `dir` that differ from `main`
-    /// (unreadable or malformed copies are skipped: they name nothing).
+    /// The IDs in ID-file copies `names` of directory `dir` that differ from `main`, each
+    /// once, with the copy's name, in the order of the names (as every reader tries them:
+    /// `cloakfs_core::tools::dir_id_merge::named_copies`). Unreadable or malformed copies are
+    /// skipped: they name nothing.
     pub(crate) fn read_dir_id_copies(
         dir: BorrowedFd<'_>,
         names: &[Vec<u8>],
         main: Option<&DirId>,
-    ) -> Vec<DirId> {
-        let mut ids = Vec::new();
+    ) -> Vec<(String, DirId)> {
+        let mut names: Vec<&str> = names
+            .iter()
+            .filter_map(|n| std::str::from_utf8(n).ok())
+            .collect();
+        names.sort_unstable();
+        let mut ids: Vec<(String, DirId)> = Vec::new();
         for n in names {
-            let Some(Ok(file)) = std::str::from_utf8(n)
-                .ok()
-                .map(|n| sys::open_internal(dir, n))
-            else {
+            let Ok(file) = sys::open_internal(dir, n) else {
                 continue;
             };
             let Ok(bytes) = sys::read_fd_small(file, DIRID_LEN) else {
                 continue;
             };
             if let Ok(id) = parse_dir_id(&bytes) {
-                if Some(&id) != main && !ids.contains(&id) {
-                    ids.push(id);
+                if Some(&id) != main && !ids.iter().any(|(_, i)| *i == id) {
+                    ids.push((n.to_string(), id));
                 }
             }
         }
@@ -78,7 +82,10 @@ impl CloakFs {
                 copies.push(raw.to_vec());
             }
         }
-        let ids = Self::read_dir_id_copies(rfd.as_fd(), &copies, Some(&main));
+        let ids: Vec<DirId> = Self::read_dir_id_copies(rfd.as_fd(), &copies, Some(&main))
+            .into_iter()
+            .map(|(_, id)| id)
+            .collect();
         dir.dir_id.set_others(ids.clone());
         Ok(ids)
     }
@@ -149,9 +156,13 @@ impl CloakFs {
         unnamed: &mut Vec<Unnamed>,
         out: &mut Vec<ListEntry>,
         dev: u64,
+        conflicts: &mut Option<crate::conflicts::Conflicts>,
     ) -> usize {
         let others = if from == 0 {
-            let ids = Self::read_dir_id_copies(dfd, copies, main);
+            let ids: Vec<DirId> = Self::read_dir_id_copies(dfd, copies, main)
+                .into_iter()
+                .map(|(_, id)| id)
+                .collect();
             dir.dir_id.set_others(ids.clone());
             ids
         } else {
@@ -161,20 +172,26 @@ impl CloakFs {
             return 0;
         }
         let mut named = Vec::new();
-        // A name taken under the main ID too is the one shown (and found by lookups) until
-        // `fsck --repair` renames the other: never two entries of one name.
+        // A name taken under the main ID (or an earlier copy) too is shown under its conflict
+        // name, as every reader shows it, until `fsck --repair` renames it to that: never two
+        // entries of one name.
         let mut taken: std::collections::HashSet<OsString> =
             out.iter().map(|e| e.name.clone()).collect();
         unnamed.retain(|u| {
             let plain = self.decrypt_under_others(&others, &u.raw, |b| Self::read_sidecar(dfd, b));
-            match plain {
-                Some(p) if taken.insert(OsString::from_vec(p.clone())) => {
-                    named.push((u.at, p, u.raw.clone(), u.ino, u.file_type, u.next));
-                    false
-                }
-                Some(_) => false,
-                None => true,
+            let Some(p) = plain else {
+                return true;
+            };
+            let shown = main.and_then(|id| {
+                let conflicts = conflicts.get_or_insert_with(|| self.conflicts_of(id, dfd));
+                let c = conflicts.get(std::str::from_utf8(&u.raw).ok()?)?;
+                Some(c.shown.clone())
+            });
+            let name = shown.unwrap_or(p);
+            if taken.insert(OsString::from_vec(name.clone())) {
+                named.push((u.at, name, u.raw.clone(), u.ino, u.file_type, u.next));
             }
+            false
         });
         let count = named.len();
         // From the last, so each earlier position still holds.

@@ -29,8 +29,11 @@ pub fn run(args: NameArgs) -> Result<()> {
     let volume = crate::unlock::unlock(&args.unlock, &args.cipherdir)?;
     let mut out = std::io::stdout().lock();
     let res = if args.decrypt {
-        let plain = translate::decrypt_path(&volume, &args.cipherdir, &args.path)
+        let (plain, notes) = translate::decrypt_path_noting(&volume, &args.cipherdir, &args.path)
             .map_err(|e| located(&args.path, e))?;
+        for n in notes {
+            eprintln!("cloakfs: {n}");
+        }
         out.write_all(b"/")
             .and_then(|()| out.write_all(plain.as_os_str().as_bytes()))
     } else {

@@ -1,17 +1,20 @@
 //! Directories holding sync clients' copies of their `cloakfs.dirid` (a conflict between two
 //! devices that gave one directory different IDs; `sync_folder::is_dir_id_copy`): the IDs of
 //! the copies, used by the walk to name the entries made under them, and the merge
-//! `fsck --repair` does: each such entry is renamed to its name under the main ID (a name
-//! taken under both becomes `NAME (conflict N).EXT`), then the copies nothing is named under
+//! `fsck --repair` does: each entry is renamed to its name under one ID, the one derived from
+//! the directory's parent and name (FORMAT.md 9.2, so that two devices that repair agree; a
+//! name
+//! taken under both gets the conflict name every reader lists it under,
+//! `sync_folder::conflicts_in_dir`), then the copies nothing is named under
 //! any more are removed. Nothing but the now unused copies is ever deleted.
 
-use crate::format::names::{self, DirId, StoredName};
+use crate::format::names::{self, DirId, StoredName, DIRID_FILE};
 use crate::sync_folder::is_dir_id_copy;
 use crate::tools::paths::{parse_dir_id, write_sidecar, DIRID_LEN};
 use crate::tools::walk::decrypt_name;
 use crate::volume::Volume;
 use std::ffi::OsString;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -33,82 +36,143 @@ pub fn copies(dir: &Path, names: &[OsString], main: &DirId) -> Vec<(PathBuf, Dir
     out
 }
 
-/// The plaintext name `plain` with ` (conflict N)` before its extension.
-fn conflict_name(plain: &[u8], n: u32) -> Vec<u8> {
-    let dot = plain.iter().rposition(|&b| b == b'.').filter(|&i| i > 0);
-    let (stem, ext) = plain.split_at(dot.unwrap_or(plain.len()));
-    [stem, format!(" (conflict {n})").as_bytes(), ext].concat()
+/// The ID-file copies of [`copies`] by file name, sorted by it, each ID once: the order in
+/// which readers try them (the first that has a name keeps it).
+pub fn named_copies(dir: &Path, names: &[OsString], main: &DirId) -> Vec<(String, DirId)> {
+    let mut v: Vec<(String, DirId)> = copies(dir, names, main)
+        .into_iter()
+        .filter_map(|(p, id)| Some((p.file_name()?.to_str()?.to_string(), id)))
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut seen: Vec<DirId> = Vec::new();
+    v.retain(|(_, id)| {
+        let fresh = !seen.contains(id);
+        seen.push(*id);
+        fresh
+    });
+    v
 }
 
-/// Merges backing directory `dir` (ID `main`) with its ID-file copies: renames every entry
-/// named under a copy's ID to its name under `main`, then removes the copies. Returns how many
-/// entries it renamed.
-pub fn merge(volume: &Volume, dir: &Path, main: &DirId) -> std::io::Result<usize> {
-    let names: Vec<OsString> = std::fs::read_dir(dir)?
-        .map(|e| e.map(|e| e.file_name()))
-        .collect::<std::io::Result<_>>()?;
-    let copies = copies(dir, &names, main);
+/// Merges backing directory `dir` (ID `main`) with its ID-file copies under ID `target`
+/// (`main`, or the ID derived from the parent's and the directory's name: FORMAT.md 9.2, so
+/// that two devices that repair agree): renames every entry to its name under `target` (the
+/// name it is listed under: a name taken under two IDs keeps its conflict name), makes
+/// `target` the directory's ID, then removes the copies. Every entry stays readable at every
+/// step: `target` is written as one more copy of the ID file before any entry is renamed under
+/// it. Returns how many entries it renamed.
+pub fn merge(volume: &Volume, dir: &Path, main: &DirId, target: &DirId) -> std::io::Result<usize> {
+    let other = |e: crate::error::Error| std::io::Error::other(e.to_string());
+    let names = list(dir)?;
+    let others = named_copies(dir, &names, main);
+    let listing: Vec<String> = names
+        .iter()
+        .filter_map(|n| n.to_str().map(str::to_string))
+        .collect();
+    let shown =
+        crate::sync_folder::conflicts_in_dir(volume.names(), main, &others, &listing, |l| {
+            crate::sync_folder::long_name_in(dir, l)
+        });
+    // Each entry with the name it is listed under and the ID it is named under now.
+    let mut sorted: Vec<&OsString> = names.iter().collect();
+    sorted.sort();
+    let mut moves = Vec::new();
+    for name in sorted
+        .into_iter()
+        .filter(|n| crate::tools::walk::is_payload(n))
+    {
+        let found = std::iter::once(main)
+            .chain(others.iter().map(|(_, id)| id))
+            .find_map(|id| {
+                decrypt_name(volume, id, dir, name)
+                    .ok()
+                    .map(|(p, _)| (p, *id))
+            });
+        let Some((plain, id)) = found else {
+            continue;
+        };
+        let listed = name
+            .to_str()
+            .and_then(|n| shown.get(n))
+            .map_or_else(|| plain.clone(), |c| c.shown.clone());
+        if id != *target || listed != plain {
+            moves.push((name.clone(), plain, id, listed));
+        }
+    }
+    if moves.is_empty() && others.is_empty() && main == target {
+        return Ok(0);
+    }
+    // The target ID as one more copy of the ID file, durable before anything is named under it.
+    let staged = dir.join(format!("{STAGED_PREFIX}{}.dirid", hex(&target.0)));
+    if target != main {
+        let mut f = std::fs::File::create(&staged)?;
+        f.write_all(&target.0)?;
+        f.sync_all()?;
+        if let Ok(m) = std::fs::metadata(dir.join(DIRID_FILE)) {
+            std::fs::set_permissions(&staged, m.permissions())?;
+        }
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    // An entry whose new name another entry still holds waits until that one has moved.
     let mut moved = 0;
-    for name in names.iter().filter(|n| crate::tools::walk::is_payload(n)) {
-        if decrypt_name(volume, main, dir, name).is_ok() {
-            continue;
-        }
-        let Some((plain, id)) = copies.iter().find_map(|(_, id)| {
-            decrypt_name(volume, id, dir, name)
-                .ok()
-                .map(|(p, _)| (p, *id))
-        }) else {
-            continue;
-        };
-        let mut target = plain.clone();
-        let mut n = 0;
-        let stored = loop {
-            let stored = volume
-                .names()
-                .encrypt(main, &target)
-                .map_err(|e| std::io::Error::other(e.to_string()))?;
-            if dir.join(stored.backing()).symlink_metadata().is_err() {
-                break stored;
+    while !moves.is_empty() {
+        let before = moves.len();
+        let mut waiting = Vec::new();
+        for (name, plain, id, listed) in moves {
+            let stored = volume.names().encrypt(target, &listed).map_err(other)?;
+            if dir.join(stored.backing()).symlink_metadata().is_ok() {
+                waiting.push((name, plain, id, listed));
+                continue;
             }
-            n += 1;
-            target = conflict_name(&plain, n);
-        };
-        write_sidecar(dir, &stored).map_err(|e| std::io::Error::other(e.to_string()))?;
-        rustix::fs::renameat_with(
-            rustix::fs::CWD,
-            dir.join(name).as_path(),
-            rustix::fs::CWD,
-            dir.join(stored.backing()).as_path(),
-            rustix::fs::RenameFlags::NOREPLACE,
-        )?;
-        // The old long name's sidecar, now without its entry.
-        let old = volume
-            .names()
-            .encrypt(&id, &plain)
-            .map_err(|e| std::io::Error::other(e.to_string()))?;
-        if let StoredName::Long { backing, .. } = old {
-            let _ = std::fs::remove_file(dir.join(names::sidecar_name(&backing)));
+            write_sidecar(dir, &stored).map_err(other)?;
+            rustix::fs::renameat_with(
+                rustix::fs::CWD,
+                dir.join(&name).as_path(),
+                rustix::fs::CWD,
+                dir.join(stored.backing()).as_path(),
+                rustix::fs::RenameFlags::NOREPLACE,
+            )?;
+            // The old long name's sidecar, now without its entry.
+            if let StoredName::Long { backing, .. } =
+                volume.names().encrypt(&id, &plain).map_err(other)?
+            {
+                if backing != stored.backing() {
+                    let _ = std::fs::remove_file(dir.join(names::sidecar_name(&backing)));
+                }
+            }
+            moved += 1;
         }
-        moved += 1;
+        if waiting.len() == before {
+            return Err(std::io::Error::other(format!(
+                "{} entries cannot be renamed under the merged ID: their names are taken",
+                waiting.len()
+            )));
+        }
+        moves = waiting;
     }
     std::fs::File::open(dir)?.sync_all()?;
-    // Only copies nothing is named under any more (every entry was moved above, unless a
-    // rename failed, which returned early).
-    for (path, _) in &copies {
-        std::fs::remove_file(path)?;
+    if target != main {
+        std::fs::rename(&staged, dir.join(DIRID_FILE))?;
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    // Nothing is named under any copy any more.
+    for n in list(dir)? {
+        if is_dir_id_copy(n.as_bytes()) {
+            std::fs::remove_file(dir.join(&n))?;
+        }
     }
     std::fs::File::open(dir)?.sync_all()?;
     Ok(moved)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// Name prefix of the ID-file copy a merge writes before renaming entries under its ID.
+pub const STAGED_PREFIX: &str = "cloakfs.merge.";
 
-    #[test]
-    fn conflict_names_keep_the_extension() {
-        assert_eq!(conflict_name(b"report.txt", 1), b"report (conflict 1).txt");
-        assert_eq!(conflict_name(b"notes", 2), b"notes (conflict 2)");
-        assert_eq!(conflict_name(b".bashrc", 1), b".bashrc (conflict 1)");
-    }
+fn list(dir: &Path) -> std::io::Result<Vec<OsString>> {
+    std::fs::read_dir(dir)?
+        .map(|e| e.map(|e| e.file_name()))
+        .collect()
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }

@@ -221,7 +221,8 @@ struct Checker<'a> {
     cipherdir: PathBuf,
     /// Long symlink targets that symlinks point to.
     long_targets_used: HashSet<String>,
-    /// Directories with several IDs to merge after the walk: (problem, backing directory).
+    /// Directories with several IDs to merge after the walk, parents first: (problem,
+    /// plaintext path; its backing path may change as its parent is merged).
     merges: Vec<(usize, PathBuf)>,
 }
 
@@ -313,15 +314,32 @@ pub fn check(
     Ok(c.report)
 }
 
+/// The ID derived for backing directory `dir` (plaintext path `plain`) from its parent's ID
+/// and its name (FORMAT.md 9.2); None for the root or where the parent's ID cannot be read.
+fn derived_dir_id(
+    volume: &Volume,
+    cipherdir: &Path,
+    dir: &Path,
+    plain: &Path,
+) -> Option<crate::format::names::DirId> {
+    let name = plain.file_name()?;
+    let parent = crate::tools::paths::read_dir_id(volume, cipherdir, dir.parent()?).ok()?;
+    Some(volume.derived_dir_id(&parent, std::os::unix::ffi::OsStrExt::as_bytes(name)))
+}
+
 impl Checker<'_> {
     /// Merges each directory found with several IDs (`--repair`), once the walk is done.
     fn merge_dir_ids(&mut self, cipherdir: &Path) {
-        for (p, dir) in std::mem::take(&mut self.merges) {
+        for (p, plain) in std::mem::take(&mut self.merges) {
             let volume = self.volume;
             self.repair(p, || {
-                let main = crate::tools::paths::read_dir_id(volume, cipherdir, &dir)
-                    .map_err(|e| std::io::Error::other(e.to_string()))?;
-                crate::tools::dir_id_merge::merge(volume, &dir, &main).map(|_| ())
+                let other = |e: Error| std::io::Error::other(e.to_string());
+                let dir = crate::tools::translate::lookup(volume, cipherdir, &plain, false)
+                    .map_err(other)?;
+                let main =
+                    crate::tools::paths::read_dir_id(volume, cipherdir, &dir).map_err(other)?;
+                let target = derived_dir_id(volume, cipherdir, &dir, &plain).unwrap_or(main);
+                crate::tools::dir_id_merge::merge(volume, &dir, &main, &target).map(|_| ())
             });
         }
     }
@@ -1009,7 +1027,6 @@ impl Checker<'_> {
                 self.repair(p, || std::fs::remove_file(&backing));
             }
             InternalKind::DirIdCopy => {
-                let dir_backing = i.backing.parent().unwrap_or(Path::new("")).to_path_buf();
                 let p = self.push(
                     ProblemKind::DirIdConflict,
                     &i.backing,
@@ -1024,7 +1041,7 @@ impl Checker<'_> {
                     true,
                 );
                 // After the walk, which may still visit entries by their current names.
-                self.merges.push((p, dir_backing));
+                self.merges.push((p, i.dir_plain.clone()));
             }
             InternalKind::Foreign => {
                 self.push(
@@ -1064,18 +1081,22 @@ impl Checker<'_> {
                 };
                 let p = self.push(kind, &b.backing, b.plain.as_deref(), None, detail, empty);
                 let backing = b.backing.clone();
+                // Derived, as a writer makes it, so two devices that repair write one ID.
+                let new_id = b
+                    .plain
+                    .as_deref()
+                    .and_then(|plain| derived_dir_id(self.volume, &self.cipherdir, &backing, plain))
+                    .unwrap_or_else(crate::format::names::DirId::random);
                 self.repair(p, || {
                     let id = backing.join(crate::format::names::DIRID_FILE);
                     match std::fs::remove_file(&id) {
                         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
                         _ => {}
                     }
-                    create_dir_id(&backing, crate::format::names::DirId::random()).map_err(
-                        |e| match e {
-                            Error::Io(e) => e,
-                            e => std::io::Error::other(e.to_string()),
-                        },
-                    )?;
+                    create_dir_id(&backing, new_id).map_err(|e| match e {
+                        Error::Io(e) => e,
+                        e => std::io::Error::other(e.to_string()),
+                    })?;
                     // Read-only, as the mount makes them.
                     std::fs::set_permissions(&id, std::fs::Permissions::from_mode(0o440))
                 });

@@ -527,17 +527,52 @@ fn finish_forward(
 
 /// Refuses to start on a volume with unreadable names or directories (a rekey could not
 /// convert them): `cloakfs fsck` shows them.
+///
+/// It also refuses what a sync client left that rekey does not convert: a directory with
+/// several IDs (a copy of its `cloakfs.dirid`: the names made under the copy's ID would no
+/// longer open, `fsck --repair` merges them first) and conflict copies of entries (their
+/// backing names follow their original's, and their contents would stay under the old key).
 fn preflight(volume: &Volume, cipherdir: &Path) -> Result<()> {
+    use crate::tools::walk::{display_plain, Item};
+    let mut conflict = None;
     for item in crate::tools::walk::Walker::new(volume, cipherdir) {
-        if let crate::tools::walk::Item::Bad(b) = item {
-            return Err(Error::Refused(format!(
-                "{}: {}; rekey would not be able to convert it: run `cloakfs fsck` first",
-                b.location(),
-                b.detail
-            )));
+        match item {
+            Item::Bad(b) => {
+                return Err(Error::Refused(format!(
+                    "{}: {}; rekey would not be able to convert it: run `cloakfs fsck` first",
+                    b.location(),
+                    b.detail
+                )));
+            }
+            Item::Internal(i) if i.kind == InternalKind::DirIdCopy => {
+                return Err(Error::Refused(format!(
+                    "{}: directory has several IDs ({} is a sync client's copy of its {}); \
+                     rekey does not convert the names made under it: run `cloakfs fsck \
+                     --repair` first, which merges them under one",
+                    display_plain(&i.dir_plain),
+                    i.backing.file_name().unwrap_or_default().to_string_lossy(),
+                    names::DIRID_FILE
+                )));
+            }
+            Item::Entry(e) if conflict.is_none() => {
+                if let Some((copy, original)) = e.conflict.as_deref() {
+                    conflict = Some(format!(
+                        "{}: a sync client's conflict copy of {} ({}); rekey does not convert \
+                         conflict copies: keep it (rename it over the original, or to a name \
+                         of its own) or delete it, through the mount, then rekey",
+                        display_plain(&e.plain),
+                        display_plain(original),
+                        copy.client.label()
+                    ));
+                }
+            }
+            _ => {}
         }
     }
-    Ok(())
+    match conflict {
+        Some(m) => Err(Error::Refused(m)),
+        None => Ok(()),
+    }
 }
 
 /// Makes everything written to the cipher directory's file system durable.

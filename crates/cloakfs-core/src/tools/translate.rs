@@ -168,6 +168,18 @@ pub fn relative_backing(cipherdir: &Path, backing: &Path) -> Result<PathBuf> {
 /// orphaned sidecars can be identified too. Only the directories need to exist (and the
 /// sidecar of a long name).
 pub fn decrypt_path(volume: &Volume, cipherdir: &Path, backing: &Path) -> Result<PathBuf> {
+    decrypt_path_noting(volume, cipherdir, backing).map(|(p, _)| p)
+}
+
+/// [`decrypt_path`], with a note for each component that is named under another ID of its
+/// directory than its `cloakfs.dirid` (a sync client's copy of that file: two devices gave
+/// the directory different IDs; FORMAT.md section 9.2).
+pub fn decrypt_path_noting(
+    volume: &Volume,
+    cipherdir: &Path,
+    backing: &Path,
+) -> Result<(PathBuf, Vec<String>)> {
+    let mut notes = Vec::new();
     let rel = relative_backing(cipherdir, backing)?;
     let root = std::fs::canonicalize(cipherdir)?;
     let mut dir = root.clone();
@@ -191,24 +203,60 @@ pub fn decrypt_path(volume: &Volume, cipherdir: &Path, backing: &Path) -> Result
         let s = name.to_str().ok_or_else(|| {
             Error::Tampered(format!("{}: not an encrypted name", name.to_string_lossy()))
         })?;
-        // A sync client's conflict copy: its shown name, as the mount lists it.
-        let conflict = crate::sync_folder::shown_conflict_entry(
-            volume.names(),
-            &dir_id,
-            s,
-            |long| crate::sync_folder::long_name_in(&dir, long),
-            |b| dir.join(b).symlink_metadata().is_ok(),
-        );
-        let plain_name = match names::classify(s) {
-            _ if conflict.is_some() => conflict.map(|(_, _, shown)| shown).unwrap_or_default(),
-            names::EntryKind::Encrypted(e) => volume.names().decrypt_short(&dir_id, e)?,
+        let open = |id: &names::DirId| match names::classify(s) {
+            names::EntryKind::Encrypted(e) => volume.names().decrypt_short(id, e),
             names::EntryKind::Long(b) => {
                 let full = read_sidecar(&dir.join(names::sidecar_name(b))).map_err(|e| {
                     Error::Tampered(format!("long name {b}: cannot read its sidecar ({e})"))
                 })?;
-                volume.names().decrypt_long(&dir_id, b, full.trim_end())?
+                volume.names().decrypt_long(id, b, full.trim_end())
             }
-            names::EntryKind::Internal => match crate::tools::walk::sidecar_entry(s) {
+            names::EntryKind::Internal => Err(Error::InvalidName),
+        };
+        let under_main = open(&dir_id);
+        // Not named under the directory's ID: a sync client's conflict copy, or named under a
+        // copy of the directory's ID file; shown as the mount lists it.
+        let elsewhere = match &under_main {
+            Ok(_) => None,
+            Err(_) => {
+                let listing: Vec<OsString> = std::fs::read_dir(&dir)?
+                    .map(|e| e.map(|e| e.file_name()))
+                    .collect::<io::Result<_>>()?;
+                let others = crate::tools::dir_id_merge::named_copies(&dir, &listing, &dir_id);
+                let strings: Vec<String> = listing
+                    .iter()
+                    .filter_map(|n| n.to_str().map(str::to_string))
+                    .collect();
+                let conflicts = crate::sync_folder::conflicts_in_dir(
+                    volume.names(),
+                    &dir_id,
+                    &others,
+                    &strings,
+                    |long| crate::sync_folder::long_name_in(&dir, long),
+                );
+                let copy = others
+                    .iter()
+                    .find_map(|(copy, id)| open(id).ok().map(|p| (p, copy.clone())));
+                match (conflicts.get(s), copy) {
+                    (Some(c), copy) => Some((c.shown.clone(), copy.map(|(_, n)| n))),
+                    (None, Some((p, n))) => Some((p, Some(n))),
+                    (None, None) => None,
+                }
+            }
+        };
+        if let Some((shown, Some(copy))) = &elsewhere {
+            notes.push(format!(
+                "{}: named under the directory ID in {copy} (a sync client's copy of the \
+                 directory's {DIRID_FILE}: two devices gave it different IDs), not under \
+                 {DIRID_FILE}; `cloakfs fsck --repair` merges them under one",
+                crate::tools::walk::display_plain(&plain.join(OsStr::from_bytes(shown))),
+            ));
+        }
+        let plain_name = match (names::classify(s), under_main) {
+            (_, Ok(p)) => p,
+            _ if elsewhere.is_some() => elsewhere.map(|(p, _)| p).unwrap_or_default(),
+            (names::EntryKind::Encrypted(_) | names::EntryKind::Long(_), Err(e)) => return Err(e),
+            (names::EntryKind::Internal, Err(_)) => match crate::tools::walk::sidecar_entry(s) {
                 Some(entry) if last => {
                     let full = read_sidecar(&dir.join(s))?;
                     volume
@@ -225,7 +273,7 @@ pub fn decrypt_path(volume: &Volume, cipherdir: &Path, backing: &Path) -> Result
         plain.push(OsStr::from_bytes(&plain_name));
         dir.push(name);
     }
-    Ok(plain)
+    Ok((plain, notes))
 }
 
 /// The cipher directory holding backing path `start`: the nearest directory at or above it

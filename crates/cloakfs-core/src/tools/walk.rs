@@ -353,12 +353,24 @@ impl<'v> Walker<'v> {
             .collect();
         // IDs of the directory's ID-file copies, under which a sync conflict's losing side
         // named its entries.
-        let other_ids: Vec<DirId> = match (&dir_id, is_root) {
-            (Some(main), false) => crate::tools::dir_id_merge::copies(&dir, &names, main)
-                .into_iter()
-                .map(|(_, id)| id)
-                .collect(),
+        let others: Vec<(String, DirId)> = match (&dir_id, is_root) {
+            (Some(main), false) => crate::tools::dir_id_merge::named_copies(&dir, &names, main),
             _ => Vec::new(),
+        };
+        // The entries shown under conflict names, worked out (once) where there is one.
+        let mut conflicts = None;
+        let listing: Vec<String> = names
+            .iter()
+            .filter_map(|n| n.to_str().map(str::to_string))
+            .collect();
+        let work_out = |id: &DirId| {
+            crate::sync_folder::conflicts_in_dir(
+                self.volume.names(),
+                id,
+                &others,
+                &listing,
+                |long| crate::sync_folder::long_name_in(&dir, long),
+            )
         };
         let mut subdirs = Vec::new();
         for name in &names {
@@ -399,15 +411,23 @@ impl<'v> Walker<'v> {
                 }));
                 continue;
             }
-            if let Some(e) = dir_id
-                .as_ref()
-                .and_then(|id| self.conflict_entry(id, &dir, &plain, name))
-            {
-                if e.kind == EntryType::Dir {
-                    subdirs.push((e.backing.clone(), e.plain.clone()));
+            let is_copy = |id: &DirId| {
+                name.to_str().is_some_and(|b| {
+                    crate::sync_folder::open_conflict_copy(self.volume.names(), id, b, |long| {
+                        crate::sync_folder::long_name_in(&dir, long)
+                    })
+                    .is_some()
+                })
+            };
+            if let Some(id) = dir_id.as_ref().filter(|id| is_copy(id)) {
+                let here = conflicts.get_or_insert_with(|| work_out(id));
+                if let Some(e) = conflict_entry(here, &dir, &plain, name) {
+                    if e.kind == EntryType::Dir {
+                        subdirs.push((e.backing.clone(), e.plain.clone()));
+                    }
+                    self.queue.push_back(Item::Entry(e));
+                    continue;
                 }
-                self.queue.push_back(Item::Entry(e));
-                continue;
             }
             if let Some(kind) = internal_kind(name, is_root, &longs) {
                 self.queue.push_back(Item::Internal(Internal {
@@ -420,15 +440,28 @@ impl<'v> Walker<'v> {
             let Some(dir_id) = dir_id else {
                 continue; // counted in the directory's own problem
             };
-            let decrypted = decrypt_name(self.volume, &dir_id, &dir, name).or_else(|e| {
-                other_ids
+            let decrypted = decrypt_name(self.volume, &dir_id, &dir, name).map_err(|e| {
+                others
                     .iter()
-                    .find_map(|id| decrypt_name(self.volume, id, &dir, name).ok())
+                    .find_map(|(_, id)| decrypt_name(self.volume, id, &dir, name).ok())
                     .ok_or(e)
             });
             let (plain_name, long_name) = match decrypted {
                 Ok(x) => x,
-                Err((kind, detail)) => {
+                // Named under an ID-file copy: under its own name, or under a conflict name
+                // where another entry has that.
+                Err(Ok(x)) => {
+                    let here = conflicts.get_or_insert_with(|| work_out(&dir_id));
+                    if let Some(e) = conflict_entry(here, &dir, &plain, name) {
+                        if e.kind == EntryType::Dir {
+                            subdirs.push((e.backing.clone(), e.plain.clone()));
+                        }
+                        self.queue.push_back(Item::Entry(e));
+                        continue;
+                    }
+                    x
+                }
+                Err(Err((kind, detail))) => {
                     self.queue.push_back(Item::Bad(Bad {
                         backing,
                         plain: None,
@@ -471,29 +504,29 @@ impl<'v> Walker<'v> {
     }
 }
 
-impl Walker<'_> {
-    /// Backing entry `name` of `dir` (plaintext `plain`) as a sync client's conflict copy,
-    /// under its shown name (the one the mount lists).
-    fn conflict_entry(&self, id: &DirId, dir: &Path, plain: &Path, name: &OsStr) -> Option<Entry> {
-        let backing_name = name.to_str()?;
-        let (copy, original, shown) = crate::sync_folder::shown_conflict_entry(
-            self.volume.names(),
-            id,
-            backing_name,
-            |long| crate::sync_folder::long_name_in(dir, long),
-            |b| dir.join(b).symlink_metadata().is_ok(),
-        )?;
-        let backing = dir.join(name);
-        let meta = std::fs::symlink_metadata(&backing).ok()?;
-        Some(Entry {
-            plain: plain.join(OsStr::from_bytes(&shown)),
-            kind: EntryType::of(&meta),
-            backing,
-            meta,
-            long_name: false,
-            conflict: Some(Box::new((copy, plain.join(OsStr::from_bytes(&original))))),
-        })
-    }
+/// Backing entry `name` of `dir` (plaintext `plain`) where it is shown under a conflict name
+/// (`conflicts`: the directory's, [`crate::sync_folder::conflicts_in_dir`]), as the mount
+/// lists it.
+fn conflict_entry(
+    conflicts: &std::collections::BTreeMap<String, crate::sync_folder::ShownConflict>,
+    dir: &Path,
+    plain: &Path,
+    name: &OsStr,
+) -> Option<Entry> {
+    let c = conflicts.get(name.to_str()?)?;
+    let backing = dir.join(name);
+    let meta = std::fs::symlink_metadata(&backing).ok()?;
+    Some(Entry {
+        plain: plain.join(OsStr::from_bytes(&c.shown)),
+        kind: EntryType::of(&meta),
+        long_name: false,
+        backing,
+        meta,
+        conflict: Some(Box::new((
+            c.copy.clone(),
+            plain.join(OsStr::from_bytes(&c.original)),
+        ))),
+    })
 }
 
 impl Iterator for Walker<'_> {
