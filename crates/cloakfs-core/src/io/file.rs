@@ -47,6 +47,8 @@ struct OldEnd {
     size: u64,
     partial: Option<(u64, Vec<u8>)>,
     tail: Option<TailMark>,
+    /// Whether the file had its header before the write.
+    header: bool,
 }
 
 /// A block's sealed bytes as the caller already read them (index, bytes), so that a write
@@ -104,6 +106,42 @@ impl std::fmt::Debug for ContentFile {
 
 fn tampered(msg: String) -> Error {
     Error::Tampered(msg)
+}
+
+/// Who a new file's key is granted to on a sharing volume: the member and `defaults` (its
+/// directory's default recipients); empty (the member alone) without defaults.
+fn first_recipients(
+    keys: &crate::format::filekey::WrappedKeys,
+    defaults: &[String],
+) -> Vec<String> {
+    if defaults.is_empty() {
+        return Vec::new();
+    }
+    let mut all: Vec<String> = keys
+        .member()
+        .map(|m| vec![m.recipient().to_string()])
+        .unwrap_or_default();
+    for d in defaults {
+        if !all.iter().any(|a| crate::format::filekey::same_key(a, d)) {
+            all.push(d.clone());
+        }
+    }
+    all
+}
+
+/// The header of a new file made with its header already in place (shared storage, FORMAT.md
+/// 19: the name appears only once the header is there), with a fresh file ID; on a sharing
+/// volume granted as [`ContentFile::inherit`] grants a new file's first data. `None` for a
+/// suite that keeps its headers in an xattr (no bytes in the file).
+pub fn new_file_header(codec: &ContentCodec, defaults: &[String]) -> Result<Option<Vec<u8>>> {
+    if codec.layout().header_len() == 0 {
+        return Ok(None);
+    }
+    let recipients = match codec.key_source() {
+        FileKeySource::Wrapped(keys) => first_recipients(keys, defaults),
+        FileKeySource::Derived(_) => Vec::new(),
+    };
+    Ok(Some(codec.fresh_header(&recipients)?.0))
 }
 
 /// How many more times a shared file's read that fails authentication under the lock
@@ -182,7 +220,9 @@ impl ContentFile {
     fn changing(&self) -> Result<(Option<LeaseGuard<'_>>, RwLockWriteGuard<'_, State>)> {
         let mut st = self.write_state();
         let lease = self.quiet()?;
-        if lease.as_ref().is_some_and(LeaseGuard::fresh) {
+        // Shared, a file without data is read again every time: another client may have
+        // given it its header since, which must be kept (see `new_header`).
+        if lease.as_ref().is_some_and(LeaseGuard::fresh) || (self.lease.is_some() && st.size == 0) {
             self.reload(&mut st)?;
         } else {
             self.load(&mut st)?;
@@ -315,16 +355,7 @@ impl ContentFile {
         if !st.recipients.is_empty() || defaults.is_empty() || self.file.metadata()?.len() > 0 {
             return Ok(());
         }
-        let mut all: Vec<String> = keys
-            .member()
-            .map(|m| vec![m.recipient().to_string()])
-            .unwrap_or_default();
-        for d in defaults {
-            if !all.iter().any(|a| crate::format::filekey::same_key(a, d)) {
-                all.push(d.clone());
-            }
-        }
-        st.recipients = all;
+        st.recipients = first_recipients(keys, defaults);
         Ok(())
     }
 
@@ -553,6 +584,7 @@ impl ContentFile {
             size: st.size,
             partial,
             tail: tail_mark(st),
+            header: st.cipher.is_some(),
         })
     }
 
@@ -564,7 +596,12 @@ impl ContentFile {
                 tracing::warn!("putting back a partial block after a failed write: {e}");
             }
         }
-        if let Err(e) = self.file.set_len(self.layout().cipher_size(old.size)) {
+        let mut len = self.layout().cipher_size(old.size);
+        if old.header && self.sharing.is_shared() {
+            // Shared, a header on the store stays (see `new_header`).
+            len = len.max(self.layout().header_len());
+        }
+        if let Err(e) = self.file.set_len(len) {
             tracing::warn!("cutting a file back after a failed write: {e}");
         }
         st.size = old.size;
@@ -616,7 +653,7 @@ impl ContentFile {
         }
         // Extending re-seals the old last block: what the caller read of it is stale then.
         let known = if off > st.size {
-            self.extend(st, off)?;
+            self.extend(st, off, true)?;
             None
         } else {
             known
@@ -710,6 +747,16 @@ impl ContentFile {
         if new_size == old {
             return Ok(());
         }
+        if new_size == 0 && self.sharing.is_shared() && st.cipher.is_some() {
+            // Shared: the header stays (a header-only file), so that other clients writing
+            // the emptied file at once keep sealing under the one header it has (FORMAT.md
+            // 19). A suite that keeps it in an xattr has no header bytes to keep.
+            self.file.set_len(self.layout().header_len())?;
+            st.size = 0;
+            st.holes = false;
+            st.loaded = true;
+            return Ok(());
+        }
         if new_size == 0 {
             self.file.set_len(0)?;
             st.cipher = None;
@@ -727,7 +774,7 @@ impl ContentFile {
             let old_end = self.old_end(&st)?;
             return self
                 .ensure_header(&mut st)
-                .and_then(|()| self.extend(&mut st, new_size))
+                .and_then(|()| self.extend(&mut st, new_size, false))
                 .inspect_err(|_| self.put_back(&mut st, old_end));
         }
         let layout = self.layout();
@@ -912,6 +959,15 @@ impl ContentFile {
         st: &mut State,
         nonces: usize,
     ) -> Result<Option<(Vec<u8>, Vec<FreshNonce>)>> {
+        // Shared: a header found on the store is kept, whatever the file holds. Other clients
+        // may be writing the file at this moment with no lock between us (SFTP): a header
+        // written over theirs would leave their blocks failing authentication, so a header,
+        // once on the store, is never written again (FORMAT.md 19). `changing` has just read
+        // it again if the file has no data.
+        if self.sharing.is_shared() && st.cipher.is_some() {
+            st.id_owned = true;
+            return Ok(None);
+        }
         // A file without data gets a fresh ID every time: a failed first write may have
         // taken its header away again (put_back).
         if st.size > 0 && (st.id_owned || self.first_sealed_block_opens(st)?) {
@@ -977,12 +1033,18 @@ impl ContentFile {
         let len = header.len() as u64;
         self.reserve(self.file.metadata()?.len(), len)?;
         self.file.write_all_at(header, 0)?;
-        self.file.set_len(len)?;
+        // Shared, another client may have written blocks meanwhile: they stay.
+        if !self.sharing.is_shared() {
+            self.file.set_len(len)?;
+        }
         Ok(())
     }
 
     /// Grows the file from `st.size` to `new_size` with zeros. The header must exist.
-    fn extend(&self, st: &mut State, new_size: u64) -> Result<()> {
+    /// `written`: a write at `new_size` follows, which lengthens the backing file itself; then,
+    /// shared, whole blocks of holes are not made by setting the length, which would cut off
+    /// what another client wrote further on meanwhile (SFTP has no locks to keep it out).
+    fn extend(&self, st: &mut State, new_size: u64, written: bool) -> Result<()> {
         let layout = self.layout();
         let bs = layout.block_size();
         let overhead = layout.overhead() as usize;
@@ -1041,7 +1103,7 @@ impl ContentFile {
                     cipher.seal(last, &zeros, &mut sealed);
                     self.file
                         .write_all_at(&sealed, layout.cipher_offset(last))?;
-                } else {
+                } else if !(written && self.sharing.is_shared()) {
                     self.file.set_len(layout.cipher_size(new_size))?;
                 }
             }

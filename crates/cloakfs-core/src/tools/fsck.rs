@@ -952,6 +952,23 @@ impl Checker<'_> {
                 );
                 self.repair(p, || std::fs::remove_file(&backing));
             }
+            InternalKind::MkdirTemp
+                if i.backing.symlink_metadata().is_ok_and(|m| {
+                    m.is_file() && m.len() <= self.volume.content().layout().header_len()
+                }) =>
+            {
+                // A shared-storage create writes a new file's header into
+                // `cloakfs.tmp.new.<hex>` and links it under its name: nothing but a header.
+                let p = self.push(
+                    ProblemKind::StrayTemp,
+                    &i.backing,
+                    None,
+                    dir,
+                    "file left by an interrupted create (it holds a header only)".into(),
+                    true,
+                );
+                self.repair(p, || std::fs::remove_file(&backing));
+            }
             InternalKind::MkdirTemp => {
                 // Holds at most the ID written before the rename that publishes it.
                 let only_id = std::fs::read_dir(&i.backing).is_ok_and(|rd| {
