@@ -144,6 +144,10 @@ pub fn new_file_header(codec: &ContentCodec, defaults: &[String]) -> Result<Opti
     Ok(Some(codec.fresh_header(&recipients)?.0))
 }
 
+/// Most blocks between the end a client saw and its write that it checks after the write
+/// (see [`ContentFile::mend_after_write`]).
+const MEND_GAP_BLOCKS: u64 = 16;
+
 /// How many more times a shared file's read that fails authentication under the lock
 /// is tried (see [`ContentFile::read_into`]).
 const TORN_READ_RETRIES: u64 = 5;
@@ -445,6 +449,9 @@ impl ContentFile {
                         let mut st = self.write_state();
                         let _quiet = self.quiet()?;
                         self.reload(&mut st)?;
+                        if self.sharing.unlocked() {
+                            self.mend_span(&st, off, len);
+                        }
                         self.read_in(&st, off, len, out)
                     };
                     match again {
@@ -519,9 +526,33 @@ impl ContentFile {
         if data.is_empty() {
             return Ok(0);
         }
-        let (hold, st) = self.changing()?;
-        self.write_held(hold, st, off, data)?;
+        self.again_if_torn(|| {
+            let (hold, st) = self.changing()?;
+            self.write_held(hold, st, off, data)
+        })?;
         Ok(data.len())
+    }
+
+    /// Runs `op`, a change of the file; on a store whose locks do not keep other clients out
+    /// (SFTP), again (a few times, 1-5 ms apart, the size and header read again from the
+    /// store) while it fails because a block it reads fails authentication: another client
+    /// was rewriting it, or had changed the file's size since this client read it.
+    fn again_if_torn<T>(&self, mut op: impl FnMut() -> Result<T>) -> Result<T> {
+        let mut attempt = 0;
+        loop {
+            match op() {
+                Err(Error::Tampered(_))
+                    if self.sharing.unlocked() && attempt < TORN_READ_RETRIES =>
+                {
+                    attempt += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(attempt));
+                    let mut st = self.write_state();
+                    self.sharing.forget_cached(&self.file);
+                    self.reload(&mut st)?;
+                }
+                r => return r,
+            }
+        }
     }
 
     /// Writes `data` at the end of the file (an `O_APPEND` write); returns the plaintext
@@ -534,10 +565,11 @@ impl ContentFile {
         if data.is_empty() {
             return Ok(self.size());
         }
-        let (hold, st) = self.changing()?;
-        let off = st.size;
-        self.write_held(hold, st, off, data)?;
-        Ok(off)
+        self.again_if_torn(|| {
+            let (hold, st) = self.changing()?;
+            let off = st.size;
+            self.write_held(hold, st, off, data).map(|()| off)
+        })
     }
 
     /// [`Self::write_at`] of non-empty `data` under `hold` and `st` (from `changing`), which
@@ -550,21 +582,162 @@ impl ContentFile {
         data: &[u8],
     ) -> Result<()> {
         let bs = self.layout().block_size();
+        let before = st.size;
+        // Unlocked shared store: a block found failing authentication (another client's
+        // write at the same time) fails the write before anything is written; putting back
+        // the end this client saw would cut off what the other client wrote.
+        let put_back = |e: &Error| !(self.sharing.unlocked() && matches!(e, Error::Tampered(_)));
         let end = if off >= st.size - st.size % bs {
             let old = self.old_end(&st)?;
             self.write_locked(&mut st, off, data, false, old.last_block(bs))
-                .inspect_err(|_| self.put_back(&mut st, old))?
+                .inspect_err(|e| {
+                    if put_back(e) {
+                        self.put_back(&mut st, old)
+                    }
+                })?
         } else {
             let tail = tail_mark(&st);
             self.write_locked(&mut st, off, data, true, None)
-                .inspect_err(|_| self.put_back_tail(&st, tail))?
+                .inspect_err(|e| {
+                    if put_back(e) {
+                        self.put_back_tail(&st, tail)
+                    }
+                })?
         };
+        if self.sharing.unlocked() {
+            let last = (off + data.len() as u64 - 1) / bs;
+            if let Err(e) = self.mend_after_write(&st, off / bs, last, before) {
+                tracing::warn!("mending blocks after a write: {e}");
+            }
+        }
         let finished = st.written.add(end.0, end.1);
         drop((hold, st));
         if let Some(batch) = finished {
             batch.write_out(&self.file);
         }
         Ok(())
+    }
+
+    /// Unlocked shared store (SFTP), after a write of blocks `first..=last` of a file this
+    /// client saw `before` bytes long: mends the blocks that another client's write at the
+    /// same time can leave failing authentication, where each client sealed a block for the
+    /// file's end as it saw it (FORMAT.md 19). They are this write's last block if it was
+    /// sealed short (the file's last) while the file on the store has grown past it, and
+    /// the blocks between the end this client saw and the write (holes to it), where another
+    /// client may have ended the file meanwhile; at most [`MEND_GAP_BLOCKS`] of those. Each
+    /// holds a shorter block sealed at its start and another write's bytes, or zeros, after
+    /// it: it is sealed again as that block's bytes followed by zeros (the other write's
+    /// bytes in that block are lost, as between writers to one block without locks).
+    /// Whichever of the racing clients writes last finds the block to mend: each looks only
+    /// after its own write reached the store.
+    fn mend_after_write(&self, st: &State, first: u64, last: u64, before: u64) -> Result<()> {
+        if !self.codec.suite().authenticated() {
+            return Ok(());
+        }
+        let layout = self.layout();
+        let bs = layout.block_size();
+        let gap_start = before.div_ceil(bs);
+        let mut blocks: Vec<u64> = (gap_start..first.min(gap_start + MEND_GAP_BLOCKS)).collect();
+        let short = st.size % bs != 0 && st.size / bs == last;
+        if blocks.is_empty() && !short {
+            return Ok(());
+        }
+        let (len, _) = self.sharing.fresh_size(&self.file)?;
+        let store = layout.plain_size_lenient(len);
+        if short && store > st.size {
+            blocks.push(last);
+        }
+        let cipher = st
+            .cipher
+            .as_ref()
+            .ok_or_else(|| tampered("file has data but no header".into()))?;
+        for b in blocks {
+            if b < layout.block_count(store) {
+                self.mend_block(cipher, b, layout.block_len(b, store) as usize, true)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether block `b`, `want` plaintext bytes long, holds, instead of a block that
+    /// authenticates, a shorter block sealed at its start followed by other bytes (what
+    /// clients writing one file at once without locks can leave, see
+    /// [`Self::mend_after_write`]); if so and `write`, it is sealed again at its length as that
+    /// block's bytes followed by zeros. `Ok(false)` for a block that authenticates or holds
+    /// no such block.
+    fn mend_block(&self, cipher: &FileCipher, b: u64, want: usize, write: bool) -> Result<bool> {
+        let layout = self.layout();
+        let overhead = layout.overhead() as usize;
+        let at = layout.cipher_offset(b);
+        let mut sealed = vec![0u8; want + overhead];
+        match self.file.read_exact_at(&mut sealed, at) {
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(false),
+            r => r?,
+        }
+        let mut plain = vec![0u8; want];
+        if cipher.open(b, &sealed, &mut plain).is_ok() {
+            return Ok(false);
+        }
+        let Some(n) = (1..want).rev().find(|&n| {
+            cipher
+                .open(b, &sealed[..n + overhead], &mut plain[..n])
+                .is_ok()
+        }) else {
+            return Ok(false);
+        };
+        if write {
+            plain[n..].fill(0);
+            cipher.seal(b, &plain, &mut sealed);
+            self.file.write_all_at(&sealed, at)?;
+        }
+        Ok(true)
+    }
+
+    /// On a store without locks, after a read of `len` bytes at `off` failed authentication:
+    /// mends the blocks it covers that another client's write at the same time left holding
+    /// a shorter block (see [`Self::mend_block`]), where this client may write the file.
+    fn mend_span(&self, st: &State, off: u64, len: usize) {
+        let Some(cipher) = st.cipher.as_ref() else {
+            return;
+        };
+        if off >= st.size || !self.codec.suite().authenticated() {
+            return;
+        }
+        let layout = self.layout();
+        let span = layout.span(off, (len as u64).min(st.size - off));
+        for b in span.first..span.first + span.count {
+            let want = layout.block_len(b, st.size) as usize;
+            if let Err(e) = self.mend_block(cipher, b, want, true) {
+                tracing::debug!("mending block {b} after a read: {e}");
+                return;
+            }
+        }
+    }
+
+    /// Of `blocks` (failing authentication), how many hold a shorter block sealed at their
+    /// start, as clients writing the file at once without locks can leave them; with `write`,
+    /// those are sealed again as that block's bytes followed by zeros, which makes them
+    /// readable (`cloakfs fsck --repair`).
+    pub fn mend_blocks(&self, blocks: &[u64], write: bool) -> Result<usize> {
+        let st = self.loaded_state()?;
+        let cipher = st
+            .cipher
+            .as_ref()
+            .ok_or_else(|| tampered("file has data but no header".into()))?;
+        let mut mended = 0;
+        for &b in blocks {
+            if b >= self.layout().block_count(st.size) {
+                continue;
+            }
+            let want = self.layout().block_len(b, st.size) as usize;
+            if self.mend_block(cipher, b, want, write)? {
+                mended += 1;
+            }
+        }
+        if write && mended > 0 {
+            self.file.sync_data()?;
+        }
+        Ok(mended)
     }
 
     /// What a write from the partial last block on may change, to put back if it fails.
@@ -652,9 +825,12 @@ impl ContentFile {
             }
         }
         // Extending re-seals the old last block: what the caller read of it is stale then.
+        let zero_tail;
         let known = if off > st.size {
-            self.extend(st, off, true)?;
-            None
+            zero_tail = self.extend(st, off, true)?;
+            zero_tail
+                .as_ref()
+                .map(|(b, sealed)| (*b, sealed.as_slice()))
         } else {
             known
         };
@@ -774,7 +950,7 @@ impl ContentFile {
             let old_end = self.old_end(&st)?;
             return self
                 .ensure_header(&mut st)
-                .and_then(|()| self.extend(&mut st, new_size, false))
+                .and_then(|()| self.extend(&mut st, new_size, false).map(drop))
                 .inspect_err(|_| self.put_back(&mut st, old_end));
         }
         let layout = self.layout();
@@ -1043,8 +1219,16 @@ impl ContentFile {
     /// Grows the file from `st.size` to `new_size` with zeros. The header must exist.
     /// `written`: a write at `new_size` follows, which lengthens the backing file itself; then,
     /// shared, whole blocks of holes are not made by setting the length, which would cut off
-    /// what another client wrote further on meanwhile (SFTP has no locks to keep it out).
-    fn extend(&self, st: &mut State, new_size: u64, written: bool) -> Result<()> {
+    /// what another client wrote further on meanwhile, and on a store without locks (SFTP) a
+    /// new partial last block of zeros is not written but returned (its index and sealed
+    /// bytes), for the write to fill: written first, it would land over whatever another
+    /// client wrote there meanwhile.
+    fn extend(
+        &self,
+        st: &mut State,
+        new_size: u64,
+        written: bool,
+    ) -> Result<Option<(u64, Vec<u8>)>> {
         let layout = self.layout();
         let bs = layout.block_size();
         let overhead = layout.overhead() as usize;
@@ -1101,6 +1285,10 @@ impl ContentFile {
                     let mut sealed = vec![0u8; tail + overhead];
                     self.fresh_tail(cipher, tail)?;
                     cipher.seal(last, &zeros, &mut sealed);
+                    if written && self.sharing.unlocked() {
+                        st.size = new_size;
+                        return Ok(Some((last, sealed)));
+                    }
                     self.file
                         .write_all_at(&sealed, layout.cipher_offset(last))?;
                 } else if !(written && self.sharing.is_shared()) {
@@ -1109,15 +1297,25 @@ impl ContentFile {
             }
         }
         st.size = new_size;
-        Ok(())
+        Ok(None)
     }
 
-    /// Reads and opens block `b` holding `len` plaintext bytes into `out`.
+    /// Reads and opens block `b` holding `len` plaintext bytes into `out`. On a store without
+    /// locks, a block that another client's write at the same time left holding a shorter
+    /// block is mended first (see [`Self::mend_block`]).
     fn read_block(&self, cipher: &FileCipher, b: u64, len: usize, out: &mut [u8]) -> Result<()> {
         let layout = self.layout();
         let mut sealed = vec![0u8; len + layout.overhead() as usize];
         self.read_sealed(b, &mut sealed, layout.cipher_offset(b))?;
-        cipher.open(b, &sealed, &mut out[..len])
+        match cipher.open(b, &sealed, &mut out[..len]) {
+            Err(Error::Tampered(_))
+                if self.sharing.unlocked() && self.mend_block(cipher, b, len, true)? =>
+            {
+                self.read_sealed(b, &mut sealed, layout.cipher_offset(b))?;
+                cipher.open(b, &sealed, &mut out[..len])
+            }
+            r => r,
+        }
     }
 
     /// Reads the sealed bytes of block `b` at backing offset `at`; a short file is tampering.

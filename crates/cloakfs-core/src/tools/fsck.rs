@@ -609,20 +609,56 @@ impl Checker<'_> {
         if !failed.is_empty() {
             let shown: Vec<String> = failed.iter().take(10).map(u64::to_string).collect();
             let more = if failed.len() > 10 { ", ..." } else { "" };
-            let detail = format!(
-                "{} of {} blocks fail authentication (block {}{more}): tampered, or damaged storage",
-                failed.len(),
-                count,
-                shown.join(", "),
-            );
-            self.push(
+            // Blocks that clients writing the file at once without locks (sshfs) left as a
+            // shorter block sealed at their start and other bytes after it can be mended.
+            let open = |write: bool| {
+                let f = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(write)
+                    .open(backing)?;
+                crate::io::file::ContentFile::open(self.volume.content().clone(), f)
+                    .map_err(std::io::Error::other)
+            };
+            let torn = open(false)
+                .and_then(|cf| {
+                    cf.mend_blocks(&failed, false)
+                        .map_err(std::io::Error::other)
+                })
+                .unwrap_or(0);
+            let mendable = torn == failed.len();
+            let detail = if mendable {
+                format!(
+                    "{} of {} blocks fail authentication (block {}{more}), each holding a shorter \
+                     block sealed at its start: left by clients writing the file at once on a \
+                     store without locks (sshfs); repair seals each again as that block's bytes \
+                     followed by zeros",
+                    failed.len(),
+                    count,
+                    shown.join(", "),
+                )
+            } else {
+                format!(
+                    "{} of {} blocks fail authentication (block {}{more}): tampered, or damaged \
+                     storage",
+                    failed.len(),
+                    count,
+                    shown.join(", "),
+                )
+            };
+            let p = self.push(
                 ProblemKind::Block,
                 backing,
                 Some(plain),
                 None,
                 detail,
-                false,
+                mendable,
             );
+            self.repair(p, || {
+                open(true)?
+                    .mend_blocks(&failed, true)
+                    .map_err(std::io::Error::other)
+                    .map(drop)
+            });
         }
         if let Some(d) = r.damage() {
             let tail = r.backing_len() - r.layout().cipher_size(r.size());
