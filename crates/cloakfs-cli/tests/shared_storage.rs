@@ -871,6 +871,7 @@ fn first_writes(
                     let written = OpenOptions::new()
                         .write(true)
                         .create(true)
+                        .truncate(false)
                         .open(&p)
                         .and_then(|f| f.write_all_at(&data, at(c)));
                     if let Err(e) = written {
@@ -989,7 +990,7 @@ fn create_one_name(
                         if excl {
                             o.create_new(true);
                         } else {
-                            o.create(true);
+                            o.create(true).truncate(false);
                         }
                         start.wait();
                         o.open(p)

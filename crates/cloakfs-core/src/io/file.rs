@@ -1873,6 +1873,77 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn shared_a_header_on_the_store_is_never_written_again() {
+        // A new file made with its header (as a shared-storage create makes it), then
+        // written and emptied: the header stays what it was, whoever writes.
+        let t = tempfile::NamedTempFile::new().unwrap();
+        let header = new_file_header(&codec(false), &[]).unwrap().unwrap();
+        std::fs::write(t.path(), &header).unwrap();
+        for sharing in [Sharing::Shared, Sharing::Unlocked] {
+            let a = ContentFile::open(codec(false), clone(&t))
+                .unwrap()
+                .with_sharing(sharing);
+            let b = ContentFile::open(codec(false), clone(&t))
+                .unwrap()
+                .with_sharing(sharing);
+            a.write_at(8192, &[1u8; 100]).unwrap();
+            a.settle().unwrap();
+            b.write_at(0, &[2u8; 100]).unwrap();
+            b.truncate(0).unwrap();
+            b.write_at(0, &[3u8; 5000]).unwrap();
+            b.settle().unwrap();
+            assert_eq!(
+                std::fs::read(t.path()).unwrap()[..HEADER_LEN as usize],
+                header
+            );
+            assert_eq!(read_all(&a), vec![3u8; 5000]);
+            a.truncate(0).unwrap();
+            a.settle().unwrap();
+            assert_eq!(std::fs::read(t.path()).unwrap(), header, "{sharing:?}");
+        }
+        // Alone, an emptied file has no header, and a header-only file gets a fresh ID.
+        let a = ContentFile::open(codec(false), clone(&t)).unwrap();
+        a.write_at(0, b"x").unwrap();
+        assert_ne!(
+            std::fs::read(t.path()).unwrap()[..HEADER_LEN as usize],
+            header
+        );
+        a.truncate(0).unwrap();
+        assert_eq!(std::fs::metadata(t.path()).unwrap().len(), 0);
+    }
+
+    #[test]
+    fn a_block_left_holding_a_shorter_one_is_mended() {
+        // What two clients writing a new file at once without locks can leave: one sealed
+        // 5000 bytes (block 1 short, the file's last as it saw it), the other's write further
+        // on lengthened the file meanwhile (zeros after the short block).
+        let (f, t) = new_file(false);
+        f.write_at(0, &[1u8; 5000]).unwrap();
+        let layout = codec(false).layout();
+        clone(&t).set_len(layout.cipher_size(3 * 4096)).unwrap();
+        let alone = ContentFile::open(codec(false), clone(&t)).unwrap();
+        let mut buf = vec![0u8; 3 * 4096];
+        assert!(matches!(
+            alone.read_at(0, &mut buf),
+            Err(crate::Error::Tampered(_))
+        ));
+        // fsck's question, then a reader on a store without locks mends it.
+        assert_eq!(alone.mend_blocks(&[1, 2], false).unwrap(), 1);
+        let reader = ContentFile::open(codec(false), clone(&t))
+            .unwrap()
+            .with_sharing(Sharing::Unlocked);
+        let mut want = vec![1u8; 5000];
+        want.resize(3 * 4096, 0);
+        assert_eq!(read_all(&reader), want);
+        let again = ContentFile::open(codec(false), clone(&t)).unwrap();
+        assert_eq!(read_all(&again), want);
+        assert_eq!(again.mend_blocks(&[1], false).unwrap(), 0);
+        // A block damaged otherwise is not mended.
+        flip_byte(t.path(), layout.cipher_offset(1) + 100);
+        assert_eq!(again.mend_blocks(&[1], true).unwrap(), 0);
+    }
+
+    #[test]
     fn punch_hole_zeroes() {
         let (f, _t) = new_file(false);
         f.write_at(0, &[1u8; 20_000]).unwrap();
