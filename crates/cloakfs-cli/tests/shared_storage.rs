@@ -918,10 +918,9 @@ fn first_writes(
 /// [`first_writes`] of `n` files on the plain store (the store's client mounts, outside the
 /// cipher directory), then through cloakfs: no file ends unreadable through cloakfs, every
 /// client reads the same bytes, and nothing is asked that the plain store does not give.
-/// Returns the figures.
-fn first_writes_on_the_store_and_through_cloakfs(st: &Store, n: usize) -> String {
+/// Prints the figures.
+fn first_writes_on_the_store_and_through_cloakfs(st: &Store, n: usize) {
     let clients = st.clients();
-    let mut figures = Vec::new();
     for parts in [Parts::OwnBlocks, Parts::Records, Parts::Same] {
         let dir = format!("first-{parts:?}");
         let dir = dir.as_str();
@@ -938,7 +937,7 @@ fn first_writes_on_the_store_and_through_cloakfs(st: &Store, n: usize) -> String
             Parts::Records => "5000-byte records sharing blocks",
             Parts::Same => "the same 2.5 blocks",
         };
-        figures.push(format!(
+        let line = format!(
             "{what}: files unreadable (reads failing, of {}) plain {} / cloakfs {}, writes \
              failing (of {}) {} / {}, intact {} / {}",
             n * clients,
@@ -949,7 +948,12 @@ fn first_writes_on_the_store_and_through_cloakfs(st: &Store, n: usize) -> String
             cloakfs.failed,
             plain.intact,
             cloakfs.intact,
-        ));
+        );
+        // Before the assertions: the figures of a failing run count too.
+        eprintln!(
+            "figures: {} {clients} clients, {n} new files each written by all at once: {line}",
+            st.kind
+        );
         assert_eq!(plain.unreadable, 0, "{what}: the plain store: {plain:?}");
         assert_eq!(cloakfs.unreadable, 0, "{what}: cloakfs: {cloakfs:?}");
         assert_eq!(
@@ -963,7 +967,6 @@ fn first_writes_on_the_store_and_through_cloakfs(st: &Store, n: usize) -> String
             assert_eq!(cloakfs.intact, plain.intact, "{what}: {cloakfs:?}");
         }
     }
-    figures.join("; ")
 }
 
 /// `rounds` x every client opens one new name at once (a barrier starts them): with `excl`
@@ -1011,8 +1014,8 @@ fn create_one_name(
 
 /// Concurrent creates of one name, on the plain store and through cloakfs: with O_CREAT every
 /// open succeeds on both; with O_EXCL one per round, and through cloakfs the others get
-/// EEXIST (plain sshfs answers some of them EPERM). Returns the figures.
-fn creates_of_one_name_on_the_store_and_through_cloakfs(st: &Store, rounds: usize) -> String {
+/// EEXIST (plain sshfs answers some of them EPERM). Prints the figures.
+fn creates_of_one_name_on_the_store_and_through_cloakfs(st: &Store, rounds: usize) {
     let clients = st.clients();
     let eperm = |errors: &[std::io::Error]| {
         errors
@@ -1020,7 +1023,6 @@ fn creates_of_one_name_on_the_store_and_through_cloakfs(st: &Store, rounds: usiz
             .filter(|e| e.raw_os_error() == Some(libc::EPERM))
             .count()
     };
-    let mut figures = Vec::new();
     for excl in [false, true] {
         let dir = if excl { "one-name-excl" } else { "one-name" };
         fs::create_dir(st.dir.join("m1").join(dir)).unwrap();
@@ -1034,14 +1036,18 @@ fn creates_of_one_name_on_the_store_and_through_cloakfs(st: &Store, rounds: usiz
             st.p(c, &format!("{dir}/f{r}"))
         });
         let what = if excl { "O_CREAT|O_EXCL" } else { "O_CREAT" };
-        figures.push(format!(
+        let line = format!(
             "{what}: {} opens, succeeded plain {} / cloakfs {}, EPERM {} / {}",
             rounds * clients,
             plain.0,
             cloakfs.0,
             eperm(&plain.1),
             eperm(&cloakfs.1),
-        ));
+        );
+        eprintln!(
+            "figures: {} {clients} clients x {rounds} creates of one name: {line}",
+            st.kind
+        );
         if excl {
             for e in &cloakfs.1 {
                 assert_eq!(e.kind(), ErrorKind::AlreadyExists, "{what}: {e}");
@@ -1051,7 +1057,6 @@ fn creates_of_one_name_on_the_store_and_through_cloakfs(st: &Store, rounds: usiz
             assert_eq!(cloakfs.0, rounds * clients, "{what}: {:?}", cloakfs.1);
         }
     }
-    figures.join("; ")
 }
 
 /// The length of one appended record (not a divisor of the 4 KiB block: records straddle
@@ -1663,8 +1668,7 @@ fn sshfs_two_clients_stay_consistent() {
 #[test]
 fn sshfs_three_clients_first_writes() {
     let st = Store::up_with("sshfs", 3);
-    let writes = first_writes_on_the_store_and_through_cloakfs(&st, 10);
-    eprintln!("figures: sshfs, 3 clients, 10 new files each written by all at once: {writes}");
+    first_writes_on_the_store_and_through_cloakfs(&st, 10);
     assert_eq!(st.leftovers(), Vec::<PathBuf>::new(), "left behind");
     st.fsck_clean();
 }
@@ -1673,8 +1677,7 @@ fn sshfs_three_clients_first_writes() {
 #[test]
 fn sshfs_three_clients_create_one_name() {
     let st = Store::up_with("sshfs", 3);
-    let creates = creates_of_one_name_on_the_store_and_through_cloakfs(&st, 10);
-    eprintln!("figures: sshfs, 3 clients x 10 creates of one name: {creates}");
+    creates_of_one_name_on_the_store_and_through_cloakfs(&st, 10);
     assert_eq!(st.leftovers(), Vec::<PathBuf>::new(), "left behind");
     st.fsck_clean();
 }

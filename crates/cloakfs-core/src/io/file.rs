@@ -144,6 +144,17 @@ pub fn new_file_header(codec: &ContentCodec, defaults: &[String]) -> Result<Opti
     Ok(Some(codec.fresh_header(&recipients)?.0))
 }
 
+/// What [`ContentFile::mend_block`] found of a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mend {
+    /// It authenticates (or is a hole).
+    Sound,
+    /// It held a shorter block sealed at its start: mended (or, asked only, mendable).
+    Mended,
+    /// It fails authentication otherwise.
+    Damaged,
+}
+
 /// Most blocks between the end a client saw and its write that it checks after the write
 /// (see [`ContentFile::mend_after_write`]).
 const MEND_GAP_BLOCKS: u64 = 16;
@@ -653,7 +664,11 @@ impl ContentFile {
             .ok_or_else(|| tampered("file has data but no header".into()))?;
         for b in blocks {
             if b < layout.block_count(store) {
-                self.mend_block(cipher, b, layout.block_len(b, store) as usize, true)?;
+                let want = layout.block_len(b, store) as usize;
+                if self.mend_block(cipher, b, want, true)? == Mend::Damaged {
+                    // Not what a race leaves: left to the readers, which refuse it.
+                    break;
+                }
             }
         }
         Ok(())
@@ -663,34 +678,34 @@ impl ContentFile {
     /// authenticates, a shorter block sealed at its start followed by other bytes (what
     /// clients writing one file at once without locks can leave, see
     /// [`Self::mend_after_write`]); if so and `write`, it is sealed again at its length as that
-    /// block's bytes followed by zeros. `Ok(false)` for a block that authenticates or holds
-    /// no such block.
-    fn mend_block(&self, cipher: &FileCipher, b: u64, want: usize, write: bool) -> Result<bool> {
+    /// block's bytes followed by zeros. Finding the shorter block takes up to one opening per
+    /// length (a few ms for a damaged 4 KiB block).
+    fn mend_block(&self, cipher: &FileCipher, b: u64, want: usize, write: bool) -> Result<Mend> {
         let layout = self.layout();
         let overhead = layout.overhead() as usize;
         let at = layout.cipher_offset(b);
         let mut sealed = vec![0u8; want + overhead];
         match self.file.read_exact_at(&mut sealed, at) {
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(false),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(Mend::Damaged),
             r => r?,
         }
         let mut plain = vec![0u8; want];
         if cipher.open(b, &sealed, &mut plain).is_ok() {
-            return Ok(false);
+            return Ok(Mend::Sound);
         }
         let Some(n) = (1..want).rev().find(|&n| {
             cipher
                 .open(b, &sealed[..n + overhead], &mut plain[..n])
                 .is_ok()
         }) else {
-            return Ok(false);
+            return Ok(Mend::Damaged);
         };
         if write {
             plain[n..].fill(0);
             cipher.seal(b, &plain, &mut sealed);
             self.file.write_all_at(&sealed, at)?;
         }
-        Ok(true)
+        Ok(Mend::Mended)
     }
 
     /// On a store without locks, after a read of `len` bytes at `off` failed authentication:
@@ -707,9 +722,14 @@ impl ContentFile {
         let span = layout.span(off, (len as u64).min(st.size - off));
         for b in span.first..span.first + span.count {
             let want = layout.block_len(b, st.size) as usize;
-            if let Err(e) = self.mend_block(cipher, b, want, true) {
-                tracing::debug!("mending block {b} after a read: {e}");
-                return;
+            match self.mend_block(cipher, b, want, true) {
+                Ok(Mend::Sound | Mend::Mended) => {}
+                // Damaged otherwise: the read fails all the same, without looking further.
+                Ok(Mend::Damaged) => return,
+                Err(e) => {
+                    tracing::debug!("mending block {b} after a read: {e}");
+                    return;
+                }
             }
         }
     }
@@ -730,7 +750,7 @@ impl ContentFile {
                 continue;
             }
             let want = self.layout().block_len(b, st.size) as usize;
-            if self.mend_block(cipher, b, want, write)? {
+            if self.mend_block(cipher, b, want, write)? == Mend::Mended {
                 mended += 1;
             }
         }
@@ -1309,7 +1329,8 @@ impl ContentFile {
         self.read_sealed(b, &mut sealed, layout.cipher_offset(b))?;
         match cipher.open(b, &sealed, &mut out[..len]) {
             Err(Error::Tampered(_))
-                if self.sharing.unlocked() && self.mend_block(cipher, b, len, true)? =>
+                if self.sharing.unlocked()
+                    && self.mend_block(cipher, b, len, true)? == Mend::Mended =>
             {
                 self.read_sealed(b, &mut sealed, layout.cipher_offset(b))?;
                 cipher.open(b, &sealed, &mut out[..len])
