@@ -837,6 +837,9 @@ enum Parts {
     Records,
     /// Every client writes 2.5 blocks at offset 0.
     Same,
+    /// Every client writes 50 blocks at offset 0: more than the store's client sends in one
+    /// request (sshfs: SFTP writes of 32 KiB).
+    Large,
 }
 
 /// Every client writes each of `n` new files at once: per file, a thread per client, started
@@ -854,9 +857,10 @@ fn first_writes(
         Parts::OwnBlocks => 2 * BLOCK,
         Parts::Records => 5000,
         Parts::Same => 2 * BLOCK + BLOCK / 2,
+        Parts::Large => 50 * BLOCK,
     };
     let at = |c: usize| match parts {
-        Parts::Same => 0,
+        Parts::Same | Parts::Large => 0,
         _ => (c * len) as u64,
     };
     let failed = AtomicUsize::new(0);
@@ -901,7 +905,7 @@ fn first_writes(
             got.differing += 1;
         }
         let Some(data) = &read[0] else { continue };
-        got.intact += if parts == Parts::Same {
+        got.intact += if matches!(parts, Parts::Same | Parts::Large) {
             usize::from((0..clients).any(|c| *data == part(c, i, len)))
         } else {
             (0..clients)
@@ -921,7 +925,7 @@ fn first_writes(
 /// Prints the figures.
 fn first_writes_on_the_store_and_through_cloakfs(st: &Store, n: usize) {
     let clients = st.clients();
-    for parts in [Parts::OwnBlocks, Parts::Records, Parts::Same] {
+    for parts in [Parts::OwnBlocks, Parts::Records, Parts::Same, Parts::Large] {
         let dir = format!("first-{parts:?}");
         let dir = dir.as_str();
         fs::create_dir(st.dir.join("m1").join(dir)).unwrap();
@@ -936,6 +940,7 @@ fn first_writes_on_the_store_and_through_cloakfs(st: &Store, n: usize) {
             Parts::OwnBlocks => "own whole blocks",
             Parts::Records => "5000-byte records sharing blocks",
             Parts::Same => "the same 2.5 blocks",
+            Parts::Large => "the same 50 blocks",
         };
         let line = format!(
             "{what}: files unreadable (reads failing, of {}) plain {} / cloakfs {}, writes \

@@ -426,6 +426,10 @@ pub(crate) fn create_with_header(
     let fd = rustix::fs::openat(dir, tmp.as_str(), oflags | OFlags::EXCL, perm)?;
     let linked = write_all_at(fd.as_fd(), header)
         .and_then(|()| rustix::fs::linkat(dir, tmp.as_str(), dir, backing, AtFlags::empty()));
+    // Closed before the unlink: a FUSE store (sshfs) keeps a file removed while open under a
+    // hidden name until its close, and sees the two names as two files: the file is opened
+    // again under its own name below.
+    drop(fd);
     if let Err(e) = rustix::fs::unlinkat(dir, tmp.as_str(), AtFlags::empty()) {
         tracing::warn!(
             "{}: removing the temporary {tmp} of a create: {e}",
@@ -433,7 +437,7 @@ pub(crate) fn create_with_header(
         );
     }
     match linked {
-        Ok(()) => Ok(Some(fd)),
+        Ok(()) => rustix::fs::openat(dir, backing, oflags - OFlags::CREATE, perm).map(Some),
         Err(E::NOSYS | E::OPNOTSUPP | E::PERM | E::XDEV | E::MLINK)
             if rustix::fs::statat(dir, backing, AtFlags::SYMLINK_NOFOLLOW).is_err() =>
         {

@@ -144,6 +144,10 @@ pub fn new_file_header(codec: &ContentCodec, defaults: &[String]) -> Result<Opti
     Ok(Some(codec.fresh_header(&recipients)?.0))
 }
 
+/// Most bytes written to the backing file in one system call on a store without locks (see
+/// [`ContentFile::write_sealed`]).
+const UNLOCKED_WRITE_MAX: usize = 32 * 1024;
+
 /// What [`ContentFile::mend_block`] found of a block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mend {
@@ -205,6 +209,18 @@ impl ContentFile {
 
     /// The same file, coordinated with other clients as `sharing` says.
     pub fn with_sharing(mut self, sharing: Sharing) -> Self {
+        if sharing.unlocked() {
+            // The store's kernel client (FUSE) sends a write through its page cache from a
+            // page that is not cached in a request of its own, which would cut a block in
+            // two (see `write_sealed`); direct I/O sends it as it is, in requests cut only
+            // by the store's largest write.
+            let direct = rustix::fs::fcntl_getfl(&*self.file).and_then(|fl| {
+                rustix::fs::fcntl_setfl(&*self.file, fl | rustix::fs::OFlags::DIRECT)
+            });
+            if let Err(e) = direct {
+                tracing::debug!("direct I/O on a backing file: {e}");
+            }
+        }
         self.sharing = sharing;
         self.lease = sharing.is_shared().then(|| Lease::new(self.file.clone()));
         self
@@ -928,7 +944,7 @@ impl ContentFile {
                 // Overwritten blocks already have their space, unless they lie in a hole.
                 self.reserve(if st.holes { at } else { old_end }, c_end)?;
             }
-            self.file.write_all_at(buf, at)?;
+            self.write_sealed(buf, at, prefix)?;
             Ok(())
         })?;
         st.size = new_size;
@@ -1291,7 +1307,7 @@ impl ContentFile {
                     }
                     let c = layout.cipher_offset(b);
                     self.reserve(layout.cipher_size(size), c + sealed.len() as u64)?;
-                    self.file.write_all_at(&sealed, c)?;
+                    self.write_sealed(&sealed, c, 0)?;
                     size = layout.plain_offset(b + n).min(new_size);
                     b += n;
                 }
@@ -1348,6 +1364,30 @@ impl ContentFile {
                 e.into()
             }
         })
+    }
+
+    /// Writes `buf`, sealed blocks after `prefix` header bytes, at backing offset `at`. On a
+    /// store without locks, in pieces of whole blocks of at most [`UNLOCKED_WRITE_MAX`] bytes,
+    /// which its client sends in one request each (sshfs cuts a write into SFTP requests of
+    /// 32 KiB from its start, which would cut blocks in two): another client writing the same
+    /// blocks at once then leaves each block whole from one of the writes, never part of each.
+    fn write_sealed(&self, buf: &[u8], at: u64, prefix: usize) -> Result<()> {
+        if !self.sharing.unlocked() {
+            return Ok(self.file.write_all_at(buf, at)?);
+        }
+        let cbs = self.layout().cipher_block_size() as usize;
+        let mut start = 0;
+        let mut room = UNLOCKED_WRITE_MAX.saturating_sub(prefix);
+        while start < buf.len() {
+            let first = start == 0;
+            let len = (room / cbs).max(1) * cbs + if first { prefix } else { 0 };
+            let end = (start + len).min(buf.len());
+            self.file
+                .write_all_at(&buf[start..end], at + start as u64)?;
+            start = end;
+            room = UNLOCKED_WRITE_MAX;
+        }
+        Ok(())
     }
 
     /// Reserves `[from, to)` of the backing file before writing past its end.
