@@ -424,12 +424,17 @@ pub(crate) fn create_with_header(
         u64::from_le_bytes(cloakfs_core::crypto::random::array())
     );
     let fd = rustix::fs::openat(dir, tmp.as_str(), oflags | OFlags::EXCL, perm)?;
+    // A FUSE store (sshfs) sees the two names as two files: the file is opened again under
+    // its own name. The temporary is removed while still open: such a store keeps it under a
+    // hidden name until the close, which then reaches it after the removal (a close racing
+    // the removal could leave the hidden file for good). Where the name cannot be opened
+    // so (a new read-only file, for a caller who may not write it), the first open serves.
     let linked = write_all_at(fd.as_fd(), header)
         .and_then(|()| rustix::fs::linkat(dir, tmp.as_str(), dir, backing, AtFlags::empty()));
-    // Closed before the unlink: a FUSE store (sshfs) keeps a file removed while open under a
-    // hidden name until its close, and sees the two names as two files: the file is opened
-    // again under its own name below.
-    drop(fd);
+    let named = linked
+        .is_ok()
+        .then(|| rustix::fs::openat(dir, backing, oflags - OFlags::CREATE, perm).ok())
+        .flatten();
     if let Err(e) = rustix::fs::unlinkat(dir, tmp.as_str(), AtFlags::empty()) {
         tracing::warn!(
             "{}: removing the temporary {tmp} of a create: {e}",
@@ -437,7 +442,7 @@ pub(crate) fn create_with_header(
         );
     }
     match linked {
-        Ok(()) => rustix::fs::openat(dir, backing, oflags - OFlags::CREATE, perm).map(Some),
+        Ok(()) => Ok(Some(named.unwrap_or(fd))),
         Err(E::NOSYS | E::OPNOTSUPP | E::PERM | E::XDEV | E::MLINK)
             if rustix::fs::statat(dir, backing, AtFlags::SYMLINK_NOFOLLOW).is_err() =>
         {
