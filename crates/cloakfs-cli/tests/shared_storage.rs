@@ -1687,6 +1687,42 @@ fn sshfs_three_clients_create_one_name() {
     st.fsck_clean();
 }
 
+/// What clients writing one file at once over sshfs can leave where the mounts do not mend it
+/// (one sealed 5000 bytes, its block 1 short as the file's last, while another's write
+/// further on lengthened the file: zeros after the short block): fsck names the block and
+/// `--repair` mends it into the short block's bytes followed by zeros.
+#[test]
+fn fsck_mends_a_block_left_holding_a_shorter_one() {
+    let f = Fixture::new();
+    let m = f.mounted(&[]);
+    fs::write(f.mnt.join("raced"), vec![7u8; 5000]).unwrap();
+    m.unmount();
+    let backing: Vec<PathBuf> = fs::read_dir(&f.cipher)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file() && !s(p).contains("/cloakfs."))
+        .collect();
+    assert_eq!(backing.len(), 1, "{backing:?}");
+    // Three blocks' worth: the header, blocks of 4096 + 28 bytes.
+    let file = OpenOptions::new().write(true).open(&backing[0]).unwrap();
+    file.set_len(18 + 3 * 4124).unwrap();
+    let out = f.run(&["fsck", "--passfile", s(&f.pass), s(&f.cipher)]);
+    assert_fails(&out, 6, "1 problem found (1 repairable with --repair)");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("holding a shorter block sealed at its start"),
+        "{said}"
+    );
+    let out = f.run(&["fsck", "--repair", "--passfile", s(&f.pass), s(&f.cipher)]);
+    assert_fails(&out, 7, "repaired the problem; the volume is clean now");
+    let out = f.run(&["fsck", "--passfile", s(&f.pass), s(&f.cipher)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let _m = f.mounted(&[]);
+    let mut want = vec![7u8; 5000];
+    want.resize(3 * 4096, 0);
+    assert_eq!(fs::read(f.mnt.join("raced")).unwrap(), want);
+}
+
 #[test]
 fn shared_storage_option_takes_no_value() {
     let f = Fixture::new();
