@@ -144,6 +144,13 @@ pub fn new_file_header(codec: &ContentCodec, defaults: &[String]) -> Result<Opti
     Ok(Some(codec.fresh_header(&recipients)?.0))
 }
 
+/// Whether `file` lies on a FUSE file system (sshfs).
+fn on_fuse(file: &File) -> bool {
+    const FUSE_SUPER_MAGIC: u64 = 0x6573_5546;
+    // `f_type`'s width differs between targets.
+    rustix::fs::fstatfs(file).is_ok_and(|st| st.f_type as u64 == FUSE_SUPER_MAGIC)
+}
+
 /// Most bytes written to the backing file in one system call on a store without locks (see
 /// [`ContentFile::write_sealed`]).
 const UNLOCKED_WRITE_MAX: usize = 32 * 1024;
@@ -209,11 +216,11 @@ impl ContentFile {
 
     /// The same file, coordinated with other clients as `sharing` says.
     pub fn with_sharing(mut self, sharing: Sharing) -> Self {
-        if sharing.unlocked() {
+        if sharing.unlocked() && on_fuse(&self.file) {
             // The store's kernel client (FUSE) sends a write through its page cache from a
             // page that is not cached in a request of its own, which would cut a block in
             // two (see `write_sealed`); direct I/O sends it as it is, in requests cut only
-            // by the store's largest write.
+            // by the store's largest write (and needs no alignment there).
             let direct = rustix::fs::fcntl_getfl(&*self.file).and_then(|fl| {
                 rustix::fs::fcntl_setfl(&*self.file, fl | rustix::fs::OFlags::DIRECT)
             });
