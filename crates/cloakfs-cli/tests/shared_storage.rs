@@ -864,6 +864,266 @@ fn create_races(st: &Store) {
     }
 }
 
+/// How the first writes of several clients into new files came out (see [`first_writes`]).
+#[derive(Debug, Default, PartialEq)]
+struct FirstWrites {
+    /// Opens and writes that failed.
+    failed: usize,
+    /// Reads of a whole file that failed, counted per file and client (EIO: blocks that fail
+    /// authentication).
+    unreadable: usize,
+    /// Files that some client reads otherwise than client 0 does.
+    differing: usize,
+    /// Parts found on client 0 exactly as their client wrote them (disjoint parts), or files
+    /// wholly as one client wrote them (the same range).
+    intact: usize,
+}
+
+/// Part `c` of file `i`: `len` bytes no other client or file writes.
+fn part(c: usize, i: usize, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|k| (1 + c * 83 + i * 29 + k * 7 % 251) as u8)
+        .collect()
+}
+
+/// Where each client writes in [`first_writes`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Parts {
+    /// Client `c` writes blocks `2c` and `2c + 1`: whole 4 KiB blocks of its own (the file's
+    /// start, and so its header, is written by client 0 alone).
+    OwnBlocks,
+    /// Client `c` writes 5000 bytes at `5000 c`: neighbours share a block, and each seals
+    /// its last block for the end of the file as it sees it.
+    Records,
+    /// Every client writes 2.5 blocks at offset 0.
+    Same,
+    /// Every client writes 50 blocks at offset 0: more than the store's client sends in one
+    /// request (sshfs: SFTP writes of 32 KiB).
+    Large,
+}
+
+/// Every client writes each of `n` new files at once: per file, a thread per client, started
+/// together through a barrier, opens it with O_CREAT (the clients race to make it) and writes
+/// once, its own bytes where `parts` says. `path(c, i)` is file `i` as client `c` sees it.
+/// Then every client reads every file whole.
+fn first_writes(
+    clients: usize,
+    n: usize,
+    parts: Parts,
+    path: impl Fn(usize, usize) -> PathBuf + Sync,
+) -> FirstWrites {
+    const BLOCK: usize = 4096;
+    let len = match parts {
+        Parts::OwnBlocks => 2 * BLOCK,
+        Parts::Records => 5000,
+        Parts::Same => 2 * BLOCK + BLOCK / 2,
+        Parts::Large => 50 * BLOCK,
+    };
+    let at = |c: usize| match parts {
+        Parts::Same | Parts::Large => 0,
+        _ => (c * len) as u64,
+    };
+    let failed = AtomicUsize::new(0);
+    for i in 0..n {
+        let start = std::sync::Barrier::new(clients);
+        std::thread::scope(|s| {
+            for c in 0..clients {
+                let (start, failed, p) = (&start, &failed, path(c, i));
+                s.spawn(move || {
+                    let data = part(c, i, len);
+                    start.wait();
+                    let written = OpenOptions::new()
+                        .write(true)
+                        .create(true)
+                        .truncate(false)
+                        .open(&p)
+                        .and_then(|f| f.write_all_at(&data, at(c)));
+                    if let Err(e) = written {
+                        eprintln!("first write of {} (client {c}): {e}", p.display());
+                        failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+            }
+        });
+    }
+    let mut got = FirstWrites {
+        failed: failed.into_inner(),
+        ..FirstWrites::default()
+    };
+    for i in 0..n {
+        let read: Vec<Option<Vec<u8>>> = (0..clients)
+            .map(|c| match fs::read(path(c, i)) {
+                Ok(d) => Some(d),
+                Err(e) => {
+                    eprintln!("reading {} (client {c}): {e}", path(c, i).display());
+                    got.unreadable += 1;
+                    None
+                }
+            })
+            .collect();
+        if read.iter().any(|r| r != &read[0]) {
+            got.differing += 1;
+        }
+        let Some(data) = &read[0] else { continue };
+        got.intact += if matches!(parts, Parts::Same | Parts::Large) {
+            usize::from((0..clients).any(|c| *data == part(c, i, len)))
+        } else {
+            (0..clients)
+                .filter(|&c| {
+                    let off = at(c) as usize;
+                    data.get(off..off + len) == Some(&part(c, i, len)[..])
+                })
+                .count()
+        };
+    }
+    got
+}
+
+/// [`first_writes`] of `n` files on the plain store (the store's client mounts, outside the
+/// cipher directory), then through cloakfs: no file ends unreadable through cloakfs, every
+/// client reads the same bytes, and nothing is asked that the plain store does not give.
+/// Prints the figures.
+fn first_writes_on_the_store_and_through_cloakfs(st: &Store, n: usize) {
+    let clients = st.clients();
+    for parts in [Parts::OwnBlocks, Parts::Records, Parts::Same, Parts::Large] {
+        let dir = format!("first-{parts:?}");
+        let dir = dir.as_str();
+        fs::create_dir(st.dir.join("m1").join(dir)).unwrap();
+        fs::create_dir(st.p(0, dir)).unwrap();
+        let plain = first_writes(clients, n, parts, |c, i| {
+            st.dir
+                .join(format!("m{}", c + 1))
+                .join(format!("{dir}/f{i}"))
+        });
+        let cloakfs = first_writes(clients, n, parts, |c, i| st.p(c, &format!("{dir}/f{i}")));
+        let what = match parts {
+            Parts::OwnBlocks => "own whole blocks",
+            Parts::Records => "5000-byte records sharing blocks",
+            Parts::Same => "the same 2.5 blocks",
+            Parts::Large => "the same 50 blocks",
+        };
+        let line = format!(
+            "{what}: files unreadable (reads failing, of {}) plain {} / cloakfs {}, writes \
+             failing (of {}) {} / {}, intact {} / {}",
+            n * clients,
+            plain.unreadable,
+            cloakfs.unreadable,
+            n * clients,
+            plain.failed,
+            cloakfs.failed,
+            plain.intact,
+            cloakfs.intact,
+        );
+        // Before the assertions: the figures of a failing run count too.
+        eprintln!(
+            "figures: {} {clients} clients, {n} new files each written by all at once: {line}",
+            st.kind
+        );
+        assert_eq!(plain.unreadable, 0, "{what}: the plain store: {plain:?}");
+        assert_eq!(cloakfs.unreadable, 0, "{what}: cloakfs: {cloakfs:?}");
+        assert_eq!(
+            cloakfs.failed, plain.failed,
+            "{what}: {cloakfs:?}, plain {plain:?}"
+        );
+        assert_eq!(cloakfs.differing, plain.differing, "{what}: {cloakfs:?}");
+        if parts == Parts::OwnBlocks {
+            // Whole blocks of their own: no client's write can be lost (records sharing a
+            // block may lose each other's bytes there: no locks over SFTP).
+            assert_eq!(cloakfs.intact, plain.intact, "{what}: {cloakfs:?}");
+        }
+    }
+}
+
+/// `rounds` x every client opens one new name at once (a barrier starts them): with `excl`
+/// false (O_CREAT) each open must succeed; true (O_CREAT | O_EXCL), one per round, the others
+/// failing. `path(c, r)` is round `r`'s name as client `c` sees it. Returns the count of opens
+/// that succeeded and the errors of the others.
+fn create_one_name(
+    clients: usize,
+    rounds: usize,
+    excl: bool,
+    path: impl Fn(usize, usize) -> PathBuf + Sync,
+) -> (usize, Vec<std::io::Error>) {
+    let mut ok = 0;
+    let mut errors = Vec::new();
+    for r in 0..rounds {
+        let start = std::sync::Barrier::new(clients);
+        let results: Vec<std::io::Result<File>> = std::thread::scope(|s| {
+            let h: Vec<_> = (0..clients)
+                .map(|c| {
+                    let (start, p) = (&start, path(c, r));
+                    s.spawn(move || {
+                        let mut o = OpenOptions::new();
+                        o.write(true);
+                        if excl {
+                            o.create_new(true);
+                        } else {
+                            o.create(true).truncate(false);
+                        }
+                        start.wait();
+                        o.open(p)
+                    })
+                })
+                .collect();
+            h.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let won = results.iter().filter(|r| r.is_ok()).count();
+        if excl {
+            assert_eq!(won, 1, "round {r}: {results:?}");
+        }
+        ok += won;
+        errors.extend(results.into_iter().filter_map(|r| r.err()));
+    }
+    (ok, errors)
+}
+
+/// Concurrent creates of one name, on the plain store and through cloakfs: with O_CREAT every
+/// open succeeds on both; with O_EXCL one per round, and through cloakfs the others get
+/// EEXIST (plain sshfs answers some of them EPERM). Prints the figures.
+fn creates_of_one_name_on_the_store_and_through_cloakfs(st: &Store, rounds: usize) {
+    let clients = st.clients();
+    let eperm = |errors: &[std::io::Error]| {
+        errors
+            .iter()
+            .filter(|e| e.raw_os_error() == Some(libc::EPERM))
+            .count()
+    };
+    for excl in [false, true] {
+        let dir = if excl { "one-name-excl" } else { "one-name" };
+        fs::create_dir(st.dir.join("m1").join(dir)).unwrap();
+        fs::create_dir(st.p(0, dir)).unwrap();
+        let plain = create_one_name(clients, rounds, excl, |c, r| {
+            st.dir
+                .join(format!("m{}", c + 1))
+                .join(format!("{dir}/f{r}"))
+        });
+        let cloakfs = create_one_name(clients, rounds, excl, |c, r| {
+            st.p(c, &format!("{dir}/f{r}"))
+        });
+        let what = if excl { "O_CREAT|O_EXCL" } else { "O_CREAT" };
+        let line = format!(
+            "{what}: {} opens, succeeded plain {} / cloakfs {}, EPERM {} / {}",
+            rounds * clients,
+            plain.0,
+            cloakfs.0,
+            eperm(&plain.1),
+            eperm(&cloakfs.1),
+        );
+        eprintln!(
+            "figures: {} {clients} clients x {rounds} creates of one name: {line}",
+            st.kind
+        );
+        if excl {
+            for e in &cloakfs.1 {
+                assert_eq!(e.kind(), ErrorKind::AlreadyExists, "{what}: {e}");
+            }
+        } else {
+            assert_eq!(plain.0, rounds * clients, "{what}, plain: {:?}", plain.1);
+            assert_eq!(cloakfs.0, rounds * clients, "{what}: {:?}", cloakfs.1);
+        }
+    }
+}
+
 /// The length of one appended record (not a divisor of the 4 KiB block: records straddle
 /// blocks).
 const RECORD_LEN: usize = 100;
@@ -1463,6 +1723,61 @@ fn sshfs_two_clients_stay_consistent() {
     mkdir_races(&st);
     many_creates(&st, if slow() { 500 } else { 100 });
     st.fsck_clean();
+}
+
+/// Three sshfs clients (SFTP: no locks between them) write new files at once (issue 42,
+/// item 2).
+#[test]
+fn sshfs_three_clients_first_writes() {
+    let st = Store::up_with("sshfs", 3);
+    first_writes_on_the_store_and_through_cloakfs(&st, 10);
+    assert_eq!(st.leftovers(), Vec::<PathBuf>::new(), "left behind");
+    st.fsck_clean();
+}
+
+/// Three sshfs clients create one name at once (issue 42, item 3).
+#[test]
+fn sshfs_three_clients_create_one_name() {
+    let st = Store::up_with("sshfs", 3);
+    creates_of_one_name_on_the_store_and_through_cloakfs(&st, 10);
+    assert_eq!(st.leftovers(), Vec::<PathBuf>::new(), "left behind");
+    st.fsck_clean();
+}
+
+/// What clients writing one file at once over sshfs can leave where the mounts do not mend it
+/// (one sealed 5000 bytes, its block 1 short as the file's last, while another's write
+/// further on lengthened the file: zeros after the short block): fsck names the block and
+/// `--repair` mends it into the short block's bytes followed by zeros.
+#[test]
+fn fsck_mends_a_block_left_holding_a_shorter_one() {
+    let f = Fixture::new();
+    let m = f.mounted(&[]);
+    fs::write(f.mnt.join("raced"), vec![7u8; 5000]).unwrap();
+    m.unmount();
+    let backing: Vec<PathBuf> = fs::read_dir(&f.cipher)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file() && !s(p).contains("/cloakfs."))
+        .collect();
+    assert_eq!(backing.len(), 1, "{backing:?}");
+    // Three blocks' worth: the header, blocks of 4096 + 28 bytes.
+    let file = OpenOptions::new().write(true).open(&backing[0]).unwrap();
+    file.set_len(18 + 3 * 4124).unwrap();
+    let out = f.run(&["fsck", "--passfile", s(&f.pass), s(&f.cipher)]);
+    assert_fails(&out, 6, "1 problem found (1 repairable with --repair)");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("holding a shorter block sealed at its start"),
+        "{said}"
+    );
+    let out = f.run(&["fsck", "--repair", "--passfile", s(&f.pass), s(&f.cipher)]);
+    assert_fails(&out, 7, "repaired the problem; the volume is clean now");
+    let out = f.run(&["fsck", "--passfile", s(&f.pass), s(&f.cipher)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let _m = f.mounted(&[]);
+    let mut want = vec![7u8; 5000];
+    want.resize(3 * 4096, 0);
+    assert_eq!(fs::read(f.mnt.join("raced")).unwrap(), want);
 }
 
 #[test]

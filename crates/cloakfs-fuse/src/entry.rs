@@ -12,7 +12,7 @@ use cloakfs_core::format::names::StoredName;
 use cloakfs_core::io::long_targets;
 use fuser::{Errno, FileAttr, INodeNo, RenameFlags, Request};
 use rustix::fd::BorrowedFd;
-use rustix::fs::{AtFlags, Mode};
+use rustix::fs::{AtFlags, Mode, OFlags};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -85,13 +85,31 @@ impl CloakFs {
         let p = self.node(parent)?;
         let stored = self.name_for_new(&p, name)?;
         let created = self.write_sidecar(p.fd(), &stored)?;
-        let made = rustix::fs::mknodat(
-            p.fd(),
-            stored.backing(),
-            rustix::fs::FileType::from_raw_mode(mode),
-            Mode::from_raw_mode(mode & 0o7777),
-            u64::from(rdev),
-        );
+        let perm = Mode::from_raw_mode(mode & 0o7777);
+        // Shared, a regular file has its header before its name appears, as in a create.
+        let header = if mode & libc::S_IFMT == libc::S_IFREG && self.coherence.sharing.is_shared() {
+            cloakfs_core::io::file::new_file_header(&self.codec, &self.default_recipients(&p))
+                .map_err(|e| Errno::from_i32(e.errno()))?
+        } else {
+            None
+        };
+        let oflags = OFlags::CREATE | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let with_header = match &header {
+            Some(h) => crate::file::create_with_header(p.fd(), stored.backing(), oflags, perm, h),
+            None => Ok(None),
+        };
+        let made = match with_header {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => rustix::fs::mknodat(
+                p.fd(),
+                stored.backing(),
+                rustix::fs::FileType::from_raw_mode(mode),
+                perm,
+                u64::from(rdev),
+            ),
+            Err(e) => Err(e),
+        }
+        .map_err(|e| crate::file::exclusive_failure(p.fd(), stored.backing(), e));
         if let Err(e) = made {
             if created {
                 self.remove_sidecar(p.fd(), &stored);

@@ -6,7 +6,7 @@ use crate::fs::CloakFs;
 use crate::inode::{Inode, Kind};
 use crate::sys::{self, errno, Res};
 use fuser::{Errno, FileAttr, INodeNo, ReplyData, Request, TimeOrNow};
-use rustix::fd::AsFd;
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{AtFlags, Mode, OFlags};
 use std::cell::RefCell;
 use std::ffi::OsStr;
@@ -245,9 +245,25 @@ impl CloakFs {
         let oflags = OFlags::CREATE | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let perm = Mode::from_raw_mode(mode & 0o7777);
         // Exclusive even when the caller did not ask, so that a new file is known to be new
-        // (see `Inode::created`); a file that exists after all is opened as asked.
-        let mut opened = rustix::fs::openat(p.fd(), stored.backing(), oflags | OFlags::EXCL, perm)
-            .map(|fd| (fd, true));
+        // (see `Inode::created`); a file that exists after all is opened as asked. Shared,
+        // the new file has its header before its name appears (see `create_with_header`).
+        let header = if self.coherence.sharing.is_shared() {
+            cloakfs_core::io::file::new_file_header(&self.codec, &self.default_recipients(&p))
+                .map_err(|e| Errno::from_i32(e.errno()))?
+        } else {
+            None
+        };
+        let with_header = match &header {
+            Some(h) => create_with_header(p.fd(), stored.backing(), oflags, perm, h),
+            None => Ok(None),
+        };
+        let mut opened = match with_header {
+            Ok(Some(fd)) => Ok(fd),
+            Ok(None) => rustix::fs::openat(p.fd(), stored.backing(), oflags | OFlags::EXCL, perm),
+            Err(e) => Err(e),
+        }
+        .map_err(|e| exclusive_failure(p.fd(), stored.backing(), e))
+        .map(|fd| (fd, true));
         if flags & libc::O_EXCL == 0 && opened.as_ref().err() == Some(&rustix::io::Errno::EXIST) {
             opened =
                 rustix::fs::openat(p.fd(), stored.backing(), oflags, perm).map(|fd| (fd, false));
@@ -389,5 +405,91 @@ impl CloakFs {
             }
             _ => f.punch_hole(offset, length),
         })
+    }
+}
+
+/// Prefix of a file being created with its header (internal: never listed; see
+/// [`create_with_header`]).
+const NEW_FILE_PREFIX: &str = "cloakfs.tmp.new.";
+
+/// Makes regular file `backing` in `dir` (opened with `oflags` and `perm`) with `header`
+/// already written, for a store shared with other clients: a file's header is written once,
+/// and a client that found the file empty and wrote its own while another wrote blocks under
+/// the first would leave them failing authentication (SFTP has no locks to prevent it). So
+/// the header goes into a temporary file first, which is then hard-linked under the name (a
+/// link never replaces a name: EEXIST if the name exists) and unlinked: the name never shows
+/// an empty file. `Ok(None)` if the store makes no hard links: the caller creates the file as
+/// it would alone.
+pub(crate) fn create_with_header(
+    dir: BorrowedFd<'_>,
+    backing: &str,
+    oflags: OFlags,
+    perm: Mode,
+    header: &[u8],
+) -> rustix::io::Result<Option<OwnedFd>> {
+    use rustix::io::Errno as E;
+    let tmp = format!(
+        "{NEW_FILE_PREFIX}{:016x}",
+        u64::from_le_bytes(cloakfs_core::crypto::random::array())
+    );
+    let fd = rustix::fs::openat(dir, tmp.as_str(), oflags | OFlags::EXCL, perm)?;
+    // A FUSE store (sshfs) sees the two names as two files: the file is opened again under
+    // its own name. The temporary is removed while still open: such a store keeps it under a
+    // hidden name until the close, which then reaches it after the removal (a close racing
+    // the removal could leave the hidden file for good). Where the name cannot be opened
+    // so (a new read-only file, for a caller who may not write it), the first open serves.
+    let linked = write_all_at(fd.as_fd(), header)
+        .and_then(|()| rustix::fs::linkat(dir, tmp.as_str(), dir, backing, AtFlags::empty()));
+    let named = linked
+        .is_ok()
+        .then(|| rustix::fs::openat(dir, backing, oflags - OFlags::CREATE, perm).ok())
+        .flatten();
+    if let Err(e) = rustix::fs::unlinkat(dir, tmp.as_str(), AtFlags::empty()) {
+        tracing::warn!(
+            "{}: removing the temporary {tmp} of a create: {e}",
+            sys::describe(dir)
+        );
+    }
+    match linked {
+        Ok(()) => Ok(Some(named.unwrap_or(fd))),
+        Err(E::NOSYS | E::OPNOTSUPP | E::PERM | E::XDEV | E::MLINK)
+            if rustix::fs::statat(dir, backing, AtFlags::SYMLINK_NOFOLLOW).is_err() =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes all of `bytes` at offset 0 of `fd`.
+fn write_all_at(fd: BorrowedFd<'_>, bytes: &[u8]) -> rustix::io::Result<()> {
+    let mut done = 0;
+    while done < bytes.len() {
+        match rustix::io::pwrite(fd, &bytes[done..], done as u64) {
+            Ok(0) => return Err(rustix::io::Errno::IO),
+            Ok(n) => done += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// The error of an exclusive create of `backing` in `dir`: EEXIST if the name exists. A store
+/// may say otherwise when another client made the name a moment before: sshfs answers EPERM
+/// (SFTP v3 has no "file exists", only a generic failure), which would fail an `open(O_CREAT)`
+/// that must open the other client's file.
+pub(crate) fn exclusive_failure(
+    dir: BorrowedFd<'_>,
+    backing: &str,
+    e: rustix::io::Errno,
+) -> rustix::io::Errno {
+    use rustix::io::Errno as E;
+    if matches!(e, E::PERM | E::ACCESS)
+        && rustix::fs::statat(dir, backing, AtFlags::SYMLINK_NOFOLLOW).is_ok()
+    {
+        E::EXIST
+    } else {
+        e
     }
 }

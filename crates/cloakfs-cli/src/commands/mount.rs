@@ -147,7 +147,15 @@ pub fn run(args: MountArgs) -> Result<()> {
             ),
             None => eprintln!("cloakfs: shared-storage mode (--shared-storage)"),
         }
-        mo.sharing = cloakfs_fuse::Sharing::Shared;
+        // SFTP has no locks: cloakfs's own lock does not keep other clients out there.
+        mo.sharing = if detected
+            .as_deref()
+            .is_some_and(|t| UNLOCKED_FS.contains(&t))
+        {
+            cloakfs_fuse::Sharing::Unlocked
+        } else {
+            cloakfs_fuse::Sharing::Shared
+        };
         if args.cache_timeout.or(o.cache_timeout).is_none() {
             mo.cache_timeout = SHARED_CACHE_TIMEOUT;
         }
@@ -288,6 +296,9 @@ const NETWORK_FS: &[&str] = &[
     "ocfs2",
     "9p",
 ];
+
+/// Network file system types whose clients do not pass locks on to each other.
+const UNLOCKED_FS: &[&str] = &["fuse.sshfs"];
 
 /// The type of the network file system `dir` (canonical) lies on, if it does.
 fn network_file_system(dir: &Path) -> Option<String> {

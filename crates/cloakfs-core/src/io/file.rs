@@ -47,6 +47,8 @@ struct OldEnd {
     size: u64,
     partial: Option<(u64, Vec<u8>)>,
     tail: Option<TailMark>,
+    /// Whether the file had its header before the write.
+    header: bool,
 }
 
 /// A block's sealed bytes as the caller already read them (index, bytes), so that a write
@@ -106,6 +108,68 @@ fn tampered(msg: String) -> Error {
     Error::Tampered(msg)
 }
 
+/// Who a new file's key is granted to on a sharing volume: the member and `defaults` (its
+/// directory's default recipients); empty (the member alone) without defaults.
+fn first_recipients(
+    keys: &crate::format::filekey::WrappedKeys,
+    defaults: &[String],
+) -> Vec<String> {
+    if defaults.is_empty() {
+        return Vec::new();
+    }
+    let mut all: Vec<String> = keys
+        .member()
+        .map(|m| vec![m.recipient().to_string()])
+        .unwrap_or_default();
+    for d in defaults {
+        if !all.iter().any(|a| crate::format::filekey::same_key(a, d)) {
+            all.push(d.clone());
+        }
+    }
+    all
+}
+
+/// The header of a new file made with its header already in place (shared storage, FORMAT.md
+/// 19: the name appears only once the header is there), with a fresh file ID; on a sharing
+/// volume granted as [`ContentFile::inherit`] grants a new file's first data. `None` for a
+/// suite that keeps its headers in an xattr (no bytes in the file).
+pub fn new_file_header(codec: &ContentCodec, defaults: &[String]) -> Result<Option<Vec<u8>>> {
+    if codec.layout().header_len() == 0 {
+        return Ok(None);
+    }
+    let recipients = match codec.key_source() {
+        FileKeySource::Wrapped(keys) => first_recipients(keys, defaults),
+        FileKeySource::Derived(_) => Vec::new(),
+    };
+    Ok(Some(codec.fresh_header(&recipients)?.0))
+}
+
+/// Whether `file` lies on a FUSE file system (sshfs).
+fn on_fuse(file: &File) -> bool {
+    const FUSE_SUPER_MAGIC: u64 = 0x6573_5546;
+    // `f_type`'s width differs between targets.
+    rustix::fs::fstatfs(file).is_ok_and(|st| st.f_type as u64 == FUSE_SUPER_MAGIC)
+}
+
+/// Most bytes written to the backing file in one system call on a store without locks (see
+/// [`ContentFile::write_sealed`]).
+const UNLOCKED_WRITE_MAX: usize = 32 * 1024;
+
+/// What [`ContentFile::mend_block`] found of a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mend {
+    /// It authenticates (or is a hole).
+    Sound,
+    /// It held a shorter block sealed at its start: mended (or, asked only, mendable).
+    Mended,
+    /// It fails authentication otherwise.
+    Damaged,
+}
+
+/// Most blocks between the end a client saw and its write that it checks after the write
+/// (see [`ContentFile::mend_after_write`]).
+const MEND_GAP_BLOCKS: u64 = 16;
+
 /// How many more times a shared file's read that fails authentication under the lock
 /// is tried (see [`ContentFile::read_into`]).
 const TORN_READ_RETRIES: u64 = 5;
@@ -152,6 +216,18 @@ impl ContentFile {
 
     /// The same file, coordinated with other clients as `sharing` says.
     pub fn with_sharing(mut self, sharing: Sharing) -> Self {
+        if sharing.unlocked() && on_fuse(&self.file) {
+            // The store's kernel client (FUSE) sends a write through its page cache from a
+            // page that is not cached in a request of its own, which would cut a block in
+            // two (see `write_sealed`); direct I/O sends it as it is, in requests cut only
+            // by the store's largest write (and needs no alignment there).
+            let direct = rustix::fs::fcntl_getfl(&*self.file).and_then(|fl| {
+                rustix::fs::fcntl_setfl(&*self.file, fl | rustix::fs::OFlags::DIRECT)
+            });
+            if let Err(e) = direct {
+                tracing::debug!("direct I/O on a backing file: {e}");
+            }
+        }
         self.sharing = sharing;
         self.lease = sharing.is_shared().then(|| Lease::new(self.file.clone()));
         self
@@ -182,7 +258,9 @@ impl ContentFile {
     fn changing(&self) -> Result<(Option<LeaseGuard<'_>>, RwLockWriteGuard<'_, State>)> {
         let mut st = self.write_state();
         let lease = self.quiet()?;
-        if lease.as_ref().is_some_and(LeaseGuard::fresh) {
+        // Shared, a file without data is read again every time: another client may have
+        // given it its header since, which must be kept (see `new_header`).
+        if lease.as_ref().is_some_and(LeaseGuard::fresh) || (self.lease.is_some() && st.size == 0) {
             self.reload(&mut st)?;
         } else {
             self.load(&mut st)?;
@@ -315,16 +393,7 @@ impl ContentFile {
         if !st.recipients.is_empty() || defaults.is_empty() || self.file.metadata()?.len() > 0 {
             return Ok(());
         }
-        let mut all: Vec<String> = keys
-            .member()
-            .map(|m| vec![m.recipient().to_string()])
-            .unwrap_or_default();
-        for d in defaults {
-            if !all.iter().any(|a| crate::format::filekey::same_key(a, d)) {
-                all.push(d.clone());
-            }
-        }
-        st.recipients = all;
+        st.recipients = first_recipients(keys, defaults);
         Ok(())
     }
 
@@ -414,6 +483,9 @@ impl ContentFile {
                         let mut st = self.write_state();
                         let _quiet = self.quiet()?;
                         self.reload(&mut st)?;
+                        if self.sharing.unlocked() {
+                            self.mend_span(&st, off, len);
+                        }
                         self.read_in(&st, off, len, out)
                     };
                     match again {
@@ -488,9 +560,33 @@ impl ContentFile {
         if data.is_empty() {
             return Ok(0);
         }
-        let (hold, st) = self.changing()?;
-        self.write_held(hold, st, off, data)?;
+        self.again_if_torn(|| {
+            let (hold, st) = self.changing()?;
+            self.write_held(hold, st, off, data)
+        })?;
         Ok(data.len())
+    }
+
+    /// Runs `op`, a change of the file; on a store whose locks do not keep other clients out
+    /// (SFTP), again (a few times, 1-5 ms apart, the size and header read again from the
+    /// store) while it fails because a block it reads fails authentication: another client
+    /// was rewriting it, or had changed the file's size since this client read it.
+    fn again_if_torn<T>(&self, mut op: impl FnMut() -> Result<T>) -> Result<T> {
+        let mut attempt = 0;
+        loop {
+            match op() {
+                Err(Error::Tampered(_))
+                    if self.sharing.unlocked() && attempt < TORN_READ_RETRIES =>
+                {
+                    attempt += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(attempt));
+                    let mut st = self.write_state();
+                    self.sharing.forget_cached(&self.file);
+                    self.reload(&mut st)?;
+                }
+                r => return r,
+            }
+        }
     }
 
     /// Writes `data` at the end of the file (an `O_APPEND` write); returns the plaintext
@@ -503,10 +599,11 @@ impl ContentFile {
         if data.is_empty() {
             return Ok(self.size());
         }
-        let (hold, st) = self.changing()?;
-        let off = st.size;
-        self.write_held(hold, st, off, data)?;
-        Ok(off)
+        self.again_if_torn(|| {
+            let (hold, st) = self.changing()?;
+            let off = st.size;
+            self.write_held(hold, st, off, data).map(|()| off)
+        })
     }
 
     /// [`Self::write_at`] of non-empty `data` under `hold` and `st` (from `changing`), which
@@ -519,21 +616,171 @@ impl ContentFile {
         data: &[u8],
     ) -> Result<()> {
         let bs = self.layout().block_size();
+        let before = st.size;
+        // Unlocked shared store: a block found failing authentication (another client's
+        // write at the same time) fails the write before anything is written; putting back
+        // the end this client saw would cut off what the other client wrote.
+        let put_back = |e: &Error| !(self.sharing.unlocked() && matches!(e, Error::Tampered(_)));
         let end = if off >= st.size - st.size % bs {
             let old = self.old_end(&st)?;
             self.write_locked(&mut st, off, data, false, old.last_block(bs))
-                .inspect_err(|_| self.put_back(&mut st, old))?
+                .inspect_err(|e| {
+                    if put_back(e) {
+                        self.put_back(&mut st, old)
+                    }
+                })?
         } else {
             let tail = tail_mark(&st);
             self.write_locked(&mut st, off, data, true, None)
-                .inspect_err(|_| self.put_back_tail(&st, tail))?
+                .inspect_err(|e| {
+                    if put_back(e) {
+                        self.put_back_tail(&st, tail)
+                    }
+                })?
         };
+        if self.sharing.unlocked() {
+            let last = (off + data.len() as u64 - 1) / bs;
+            if let Err(e) = self.mend_after_write(&st, off / bs, last, before) {
+                tracing::warn!("mending blocks after a write: {e}");
+            }
+        }
         let finished = st.written.add(end.0, end.1);
         drop((hold, st));
         if let Some(batch) = finished {
             batch.write_out(&self.file);
         }
         Ok(())
+    }
+
+    /// Unlocked shared store (SFTP), after a write of blocks `first..=last` of a file this
+    /// client saw `before` bytes long: mends the blocks that another client's write at the
+    /// same time can leave failing authentication, where each client sealed a block for the
+    /// file's end as it saw it (FORMAT.md 19). They are this write's last block if it was
+    /// sealed short (the file's last) while the file on the store has grown past it, and
+    /// the blocks between the end this client saw and the write (holes to it), where another
+    /// client may have ended the file meanwhile; at most [`MEND_GAP_BLOCKS`] of those. Each
+    /// holds a shorter block sealed at its start and another write's bytes, or zeros, after
+    /// it: it is sealed again as that block's bytes followed by zeros (the other write's
+    /// bytes in that block are lost, as between writers to one block without locks).
+    /// Whichever of the racing clients writes last finds the block to mend: each looks only
+    /// after its own write reached the store.
+    fn mend_after_write(&self, st: &State, first: u64, last: u64, before: u64) -> Result<()> {
+        if !self.codec.suite().authenticated() {
+            return Ok(());
+        }
+        let layout = self.layout();
+        let bs = layout.block_size();
+        let gap_start = before.div_ceil(bs);
+        let mut blocks: Vec<u64> = (gap_start..first.min(gap_start + MEND_GAP_BLOCKS)).collect();
+        let short = st.size % bs != 0 && st.size / bs == last;
+        if blocks.is_empty() && !short {
+            return Ok(());
+        }
+        let (len, _) = self.sharing.fresh_size(&self.file)?;
+        let store = layout.plain_size_lenient(len);
+        if short && store > st.size {
+            blocks.push(last);
+        }
+        let cipher = st
+            .cipher
+            .as_ref()
+            .ok_or_else(|| tampered("file has data but no header".into()))?;
+        for b in blocks {
+            if b < layout.block_count(store) {
+                let want = layout.block_len(b, store) as usize;
+                if self.mend_block(cipher, b, want, true)? == Mend::Damaged {
+                    // Not what a race leaves: left to the readers, which refuse it.
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether block `b`, `want` plaintext bytes long, holds, instead of a block that
+    /// authenticates, a shorter block sealed at its start followed by other bytes (what
+    /// clients writing one file at once without locks can leave, see
+    /// [`Self::mend_after_write`]); if so and `write`, it is sealed again at its length as that
+    /// block's bytes followed by zeros. Finding the shorter block takes up to one opening per
+    /// length (a few ms for a damaged 4 KiB block).
+    fn mend_block(&self, cipher: &FileCipher, b: u64, want: usize, write: bool) -> Result<Mend> {
+        let layout = self.layout();
+        let overhead = layout.overhead() as usize;
+        let at = layout.cipher_offset(b);
+        let mut sealed = vec![0u8; want + overhead];
+        match self.file.read_exact_at(&mut sealed, at) {
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(Mend::Damaged),
+            r => r?,
+        }
+        let mut plain = vec![0u8; want];
+        if cipher.open(b, &sealed, &mut plain).is_ok() {
+            return Ok(Mend::Sound);
+        }
+        let Some(n) = (1..want).rev().find(|&n| {
+            cipher
+                .open(b, &sealed[..n + overhead], &mut plain[..n])
+                .is_ok()
+        }) else {
+            return Ok(Mend::Damaged);
+        };
+        if write {
+            plain[n..].fill(0);
+            cipher.seal(b, &plain, &mut sealed);
+            self.file.write_all_at(&sealed, at)?;
+        }
+        Ok(Mend::Mended)
+    }
+
+    /// On a store without locks, after a read of `len` bytes at `off` failed authentication:
+    /// mends the blocks it covers that another client's write at the same time left holding
+    /// a shorter block (see [`Self::mend_block`]), where this client may write the file.
+    fn mend_span(&self, st: &State, off: u64, len: usize) {
+        let Some(cipher) = st.cipher.as_ref() else {
+            return;
+        };
+        if off >= st.size || !self.codec.suite().authenticated() {
+            return;
+        }
+        let layout = self.layout();
+        let span = layout.span(off, (len as u64).min(st.size - off));
+        for b in span.first..span.first + span.count {
+            let want = layout.block_len(b, st.size) as usize;
+            match self.mend_block(cipher, b, want, true) {
+                Ok(Mend::Sound | Mend::Mended) => {}
+                // Damaged otherwise: the read fails all the same, without looking further.
+                Ok(Mend::Damaged) => return,
+                Err(e) => {
+                    tracing::debug!("mending block {b} after a read: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Of `blocks` (failing authentication), how many hold a shorter block sealed at their
+    /// start, as clients writing the file at once without locks can leave them; with `write`,
+    /// those are sealed again as that block's bytes followed by zeros, which makes them
+    /// readable (`cloakfs fsck --repair`).
+    pub fn mend_blocks(&self, blocks: &[u64], write: bool) -> Result<usize> {
+        let st = self.loaded_state()?;
+        let cipher = st
+            .cipher
+            .as_ref()
+            .ok_or_else(|| tampered("file has data but no header".into()))?;
+        let mut mended = 0;
+        for &b in blocks {
+            if b >= self.layout().block_count(st.size) {
+                continue;
+            }
+            let want = self.layout().block_len(b, st.size) as usize;
+            if self.mend_block(cipher, b, want, write)? == Mend::Mended {
+                mended += 1;
+            }
+        }
+        if write && mended > 0 {
+            self.file.sync_data()?;
+        }
+        Ok(mended)
     }
 
     /// What a write from the partial last block on may change, to put back if it fails.
@@ -553,6 +800,7 @@ impl ContentFile {
             size: st.size,
             partial,
             tail: tail_mark(st),
+            header: st.cipher.is_some(),
         })
     }
 
@@ -564,7 +812,12 @@ impl ContentFile {
                 tracing::warn!("putting back a partial block after a failed write: {e}");
             }
         }
-        if let Err(e) = self.file.set_len(self.layout().cipher_size(old.size)) {
+        let mut len = self.layout().cipher_size(old.size);
+        if old.header && self.sharing.is_shared() {
+            // Shared, a header on the store stays (see `new_header`).
+            len = len.max(self.layout().header_len());
+        }
+        if let Err(e) = self.file.set_len(len) {
             tracing::warn!("cutting a file back after a failed write: {e}");
         }
         st.size = old.size;
@@ -615,9 +868,12 @@ impl ContentFile {
             }
         }
         // Extending re-seals the old last block: what the caller read of it is stale then.
+        let zero_tail;
         let known = if off > st.size {
-            self.extend(st, off)?;
-            None
+            zero_tail = self.extend(st, off, true)?;
+            zero_tail
+                .as_ref()
+                .map(|(b, sealed)| (*b, sealed.as_slice()))
         } else {
             known
         };
@@ -695,7 +951,7 @@ impl ContentFile {
                 // Overwritten blocks already have their space, unless they lie in a hole.
                 self.reserve(if st.holes { at } else { old_end }, c_end)?;
             }
-            self.file.write_all_at(buf, at)?;
+            self.write_sealed(buf, at, prefix)?;
             Ok(())
         })?;
         st.size = new_size;
@@ -708,6 +964,16 @@ impl ContentFile {
         let (_hold, mut st) = self.changing()?;
         let old = st.size;
         if new_size == old {
+            return Ok(());
+        }
+        if new_size == 0 && self.sharing.is_shared() && st.cipher.is_some() {
+            // Shared: the header stays (a header-only file), so that other clients writing
+            // the emptied file at once keep sealing under the one header it has (FORMAT.md
+            // 19). A suite that keeps it in an xattr has no header bytes to keep.
+            self.file.set_len(self.layout().header_len())?;
+            st.size = 0;
+            st.holes = false;
+            st.loaded = true;
             return Ok(());
         }
         if new_size == 0 {
@@ -727,7 +993,7 @@ impl ContentFile {
             let old_end = self.old_end(&st)?;
             return self
                 .ensure_header(&mut st)
-                .and_then(|()| self.extend(&mut st, new_size))
+                .and_then(|()| self.extend(&mut st, new_size, false).map(drop))
                 .inspect_err(|_| self.put_back(&mut st, old_end));
         }
         let layout = self.layout();
@@ -912,6 +1178,15 @@ impl ContentFile {
         st: &mut State,
         nonces: usize,
     ) -> Result<Option<(Vec<u8>, Vec<FreshNonce>)>> {
+        // Shared: a header found on the store is kept, whatever the file holds. Other clients
+        // may be writing the file at this moment with no lock between us (SFTP): a header
+        // written over theirs would leave their blocks failing authentication, so a header,
+        // once on the store, is never written again (FORMAT.md 19). `changing` has just read
+        // it again if the file has no data.
+        if self.sharing.is_shared() && st.cipher.is_some() {
+            st.id_owned = true;
+            return Ok(None);
+        }
         // A file without data gets a fresh ID every time: a failed first write may have
         // taken its header away again (put_back).
         if st.size > 0 && (st.id_owned || self.first_sealed_block_opens(st)?) {
@@ -977,12 +1252,26 @@ impl ContentFile {
         let len = header.len() as u64;
         self.reserve(self.file.metadata()?.len(), len)?;
         self.file.write_all_at(header, 0)?;
-        self.file.set_len(len)?;
+        // Shared, another client may have written blocks meanwhile: they stay.
+        if !self.sharing.is_shared() {
+            self.file.set_len(len)?;
+        }
         Ok(())
     }
 
     /// Grows the file from `st.size` to `new_size` with zeros. The header must exist.
-    fn extend(&self, st: &mut State, new_size: u64) -> Result<()> {
+    /// `written`: a write at `new_size` follows, which lengthens the backing file itself; then,
+    /// shared, whole blocks of holes are not made by setting the length, which would cut off
+    /// what another client wrote further on meanwhile, and on a store without locks (SFTP) a
+    /// new partial last block of zeros is not written but returned (its index and sealed
+    /// bytes), for the write to fill: written first, it would land over whatever another
+    /// client wrote there meanwhile.
+    fn extend(
+        &self,
+        st: &mut State,
+        new_size: u64,
+        written: bool,
+    ) -> Result<Option<(u64, Vec<u8>)>> {
         let layout = self.layout();
         let bs = layout.block_size();
         let overhead = layout.overhead() as usize;
@@ -1025,7 +1314,7 @@ impl ContentFile {
                     }
                     let c = layout.cipher_offset(b);
                     self.reserve(layout.cipher_size(size), c + sealed.len() as u64)?;
-                    self.file.write_all_at(&sealed, c)?;
+                    self.write_sealed(&sealed, c, 0)?;
                     size = layout.plain_offset(b + n).min(new_size);
                     b += n;
                 }
@@ -1039,23 +1328,38 @@ impl ContentFile {
                     let mut sealed = vec![0u8; tail + overhead];
                     self.fresh_tail(cipher, tail)?;
                     cipher.seal(last, &zeros, &mut sealed);
+                    if written && self.sharing.unlocked() {
+                        st.size = new_size;
+                        return Ok(Some((last, sealed)));
+                    }
                     self.file
                         .write_all_at(&sealed, layout.cipher_offset(last))?;
-                } else {
+                } else if !(written && self.sharing.is_shared()) {
                     self.file.set_len(layout.cipher_size(new_size))?;
                 }
             }
         }
         st.size = new_size;
-        Ok(())
+        Ok(None)
     }
 
-    /// Reads and opens block `b` holding `len` plaintext bytes into `out`.
+    /// Reads and opens block `b` holding `len` plaintext bytes into `out`. On a store without
+    /// locks, a block that another client's write at the same time left holding a shorter
+    /// block is mended first (see [`Self::mend_block`]).
     fn read_block(&self, cipher: &FileCipher, b: u64, len: usize, out: &mut [u8]) -> Result<()> {
         let layout = self.layout();
         let mut sealed = vec![0u8; len + layout.overhead() as usize];
         self.read_sealed(b, &mut sealed, layout.cipher_offset(b))?;
-        cipher.open(b, &sealed, &mut out[..len])
+        match cipher.open(b, &sealed, &mut out[..len]) {
+            Err(Error::Tampered(_))
+                if self.sharing.unlocked()
+                    && self.mend_block(cipher, b, len, true)? == Mend::Mended =>
+            {
+                self.read_sealed(b, &mut sealed, layout.cipher_offset(b))?;
+                cipher.open(b, &sealed, &mut out[..len])
+            }
+            r => r,
+        }
     }
 
     /// Reads the sealed bytes of block `b` at backing offset `at`; a short file is tampering.
@@ -1067,6 +1371,30 @@ impl ContentFile {
                 e.into()
             }
         })
+    }
+
+    /// Writes `buf`, sealed blocks after `prefix` header bytes, at backing offset `at`. On a
+    /// store without locks, in pieces of whole blocks of at most [`UNLOCKED_WRITE_MAX`] bytes,
+    /// which its client sends in one request each (sshfs cuts a write into SFTP requests of
+    /// 32 KiB from its start, which would cut blocks in two): another client writing the same
+    /// blocks at once then leaves each block whole from one of the writes, never part of each.
+    fn write_sealed(&self, buf: &[u8], at: u64, prefix: usize) -> Result<()> {
+        if !self.sharing.unlocked() {
+            return Ok(self.file.write_all_at(buf, at)?);
+        }
+        let cbs = self.layout().cipher_block_size() as usize;
+        let mut start = 0;
+        let mut room = UNLOCKED_WRITE_MAX.saturating_sub(prefix);
+        while start < buf.len() {
+            let first = start == 0;
+            let len = (room / cbs).max(1) * cbs + if first { prefix } else { 0 };
+            let end = (start + len).min(buf.len());
+            self.file
+                .write_all_at(&buf[start..end], at + start as u64)?;
+            start = end;
+            room = UNLOCKED_WRITE_MAX;
+        }
+        Ok(())
     }
 
     /// Reserves `[from, to)` of the backing file before writing past its end.
@@ -1610,6 +1938,77 @@ pub(crate) mod tests {
         b.settle().unwrap();
         let c = ContentFile::open(codec(false), clone(&t)).unwrap();
         assert_eq!(read_all(&c), want);
+    }
+
+    #[test]
+    fn shared_a_header_on_the_store_is_never_written_again() {
+        // A new file made with its header (as a shared-storage create makes it), then
+        // written and emptied: the header stays what it was, whoever writes.
+        let t = tempfile::NamedTempFile::new().unwrap();
+        let header = new_file_header(&codec(false), &[]).unwrap().unwrap();
+        std::fs::write(t.path(), &header).unwrap();
+        for sharing in [Sharing::Shared, Sharing::Unlocked] {
+            let a = ContentFile::open(codec(false), clone(&t))
+                .unwrap()
+                .with_sharing(sharing);
+            let b = ContentFile::open(codec(false), clone(&t))
+                .unwrap()
+                .with_sharing(sharing);
+            a.write_at(8192, &[1u8; 100]).unwrap();
+            a.settle().unwrap();
+            b.write_at(0, &[2u8; 100]).unwrap();
+            b.truncate(0).unwrap();
+            b.write_at(0, &[3u8; 5000]).unwrap();
+            b.settle().unwrap();
+            assert_eq!(
+                std::fs::read(t.path()).unwrap()[..HEADER_LEN as usize],
+                header
+            );
+            assert_eq!(read_all(&a), vec![3u8; 5000]);
+            a.truncate(0).unwrap();
+            a.settle().unwrap();
+            assert_eq!(std::fs::read(t.path()).unwrap(), header, "{sharing:?}");
+        }
+        // Alone, an emptied file has no header, and a header-only file gets a fresh ID.
+        let a = ContentFile::open(codec(false), clone(&t)).unwrap();
+        a.write_at(0, b"x").unwrap();
+        assert_ne!(
+            std::fs::read(t.path()).unwrap()[..HEADER_LEN as usize],
+            header
+        );
+        a.truncate(0).unwrap();
+        assert_eq!(std::fs::metadata(t.path()).unwrap().len(), 0);
+    }
+
+    #[test]
+    fn a_block_left_holding_a_shorter_one_is_mended() {
+        // What two clients writing a new file at once without locks can leave: one sealed
+        // 5000 bytes (block 1 short, the file's last as it saw it), the other's write further
+        // on lengthened the file meanwhile (zeros after the short block).
+        let (f, t) = new_file(false);
+        f.write_at(0, &[1u8; 5000]).unwrap();
+        let layout = codec(false).layout();
+        clone(&t).set_len(layout.cipher_size(3 * 4096)).unwrap();
+        let alone = ContentFile::open(codec(false), clone(&t)).unwrap();
+        let mut buf = vec![0u8; 3 * 4096];
+        assert!(matches!(
+            alone.read_at(0, &mut buf),
+            Err(crate::Error::Tampered(_))
+        ));
+        // fsck's question, then a reader on a store without locks mends it.
+        assert_eq!(alone.mend_blocks(&[1, 2], false).unwrap(), 1);
+        let reader = ContentFile::open(codec(false), clone(&t))
+            .unwrap()
+            .with_sharing(Sharing::Unlocked);
+        let mut want = vec![1u8; 5000];
+        want.resize(3 * 4096, 0);
+        assert_eq!(read_all(&reader), want);
+        let again = ContentFile::open(codec(false), clone(&t)).unwrap();
+        assert_eq!(read_all(&again), want);
+        assert_eq!(again.mend_blocks(&[1], false).unwrap(), 0);
+        // A block damaged otherwise is not mended.
+        flip_byte(t.path(), layout.cipher_offset(1) + 100);
+        assert_eq!(again.mend_blocks(&[1], true).unwrap(), 0);
     }
 
     #[test]

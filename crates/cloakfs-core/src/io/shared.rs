@@ -34,12 +34,22 @@ pub enum Sharing {
     Alone,
     /// Several clients mount the cipher directory from one shared store.
     Shared,
+    /// [`Sharing::Shared`] on a store whose locks do not reach the other clients (sshfs:
+    /// SFTP has none), so that another client may write a file while this one changes it:
+    /// after a write, blocks such a race can leave failing authentication are mended
+    /// (see [`crate::io::file::ContentFile::write_at`]).
+    Unlocked,
 }
 
 impl Sharing {
     /// Whether the backing files may change behind this mount's back.
     pub fn is_shared(&self) -> bool {
-        *self == Sharing::Shared
+        matches!(self, Sharing::Shared | Sharing::Unlocked)
+    }
+
+    /// Whether other clients may write a file while this mount holds its lock.
+    pub fn unlocked(&self) -> bool {
+        *self == Sharing::Unlocked
     }
 
     /// The length and allocated 512-byte units of `file`, fetched from the store when shared.

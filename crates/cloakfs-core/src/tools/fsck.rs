@@ -25,6 +25,10 @@ use std::collections::HashSet;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+/// Most blocks failing authentication in one file that are looked at for a shorter block
+/// sealed at their start (see `ContentFile::mend_blocks`).
+const MEND_AT_MOST: usize = 64;
+
 /// What kind of problem was found (the `kind` member of the JSON report).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -627,20 +631,62 @@ impl Checker<'_> {
         if !failed.is_empty() {
             let shown: Vec<String> = failed.iter().take(10).map(u64::to_string).collect();
             let more = if failed.len() > 10 { ", ..." } else { "" };
-            let detail = format!(
-                "{} of {} blocks fail authentication (block {}{more}): tampered, or damaged storage",
-                failed.len(),
-                count,
-                shown.join(", "),
-            );
-            self.push(
+            // Blocks that clients writing the file at once without locks (sshfs) left as a
+            // shorter block sealed at their start and other bytes after it can be mended.
+            let open = |write: bool| {
+                let f = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(write)
+                    .open(backing)?;
+                crate::io::file::ContentFile::open(self.volume.content().clone(), f)
+                    .map_err(std::io::Error::other)
+            };
+            // Each costs up to a few ms to look at: a file damaged in many blocks is not
+            // what a race leaves.
+            let torn = if failed.len() <= MEND_AT_MOST {
+                open(false)
+                    .and_then(|cf| {
+                        cf.mend_blocks(&failed, false)
+                            .map_err(std::io::Error::other)
+                    })
+                    .unwrap_or(0)
+            } else {
+                0
+            };
+            let mendable = torn == failed.len();
+            let detail = if mendable {
+                format!(
+                    "{} of {} blocks fail authentication (block {}{more}), each holding a shorter \
+                     block sealed at its start: left by clients writing the file at once on a \
+                     store without locks (sshfs); repair seals each again as that block's bytes \
+                     followed by zeros",
+                    failed.len(),
+                    count,
+                    shown.join(", "),
+                )
+            } else {
+                format!(
+                    "{} of {} blocks fail authentication (block {}{more}): tampered, or damaged \
+                     storage",
+                    failed.len(),
+                    count,
+                    shown.join(", "),
+                )
+            };
+            let p = self.push(
                 ProblemKind::Block,
                 backing,
                 Some(plain),
                 None,
                 detail,
-                false,
+                mendable,
             );
+            self.repair(p, || {
+                open(true)?
+                    .mend_blocks(&failed, true)
+                    .map_err(std::io::Error::other)
+                    .map(drop)
+            });
         }
         if let Some(d) = r.damage() {
             let tail = r.backing_len() - r.layout().cipher_size(r.size());
@@ -966,6 +1012,23 @@ impl Checker<'_> {
                     dir,
                     "temporary entry of an interrupted rekey (a copy; the original is intact)"
                         .into(),
+                    true,
+                );
+                self.repair(p, || std::fs::remove_file(&backing));
+            }
+            InternalKind::MkdirTemp
+                if i.backing.symlink_metadata().is_ok_and(|m| {
+                    m.is_file() && m.len() <= self.volume.content().layout().header_len()
+                }) =>
+            {
+                // A shared-storage create writes a new file's header into
+                // `cloakfs.tmp.new.<hex>` and links it under its name: nothing but a header.
+                let p = self.push(
+                    ProblemKind::StrayTemp,
+                    &i.backing,
+                    None,
+                    dir,
+                    "file left by an interrupted create (it holds a header only)".into(),
                     true,
                 );
                 self.repair(p, || std::fs::remove_file(&backing));
