@@ -78,6 +78,7 @@ impl CloakFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
+        umask: u32,
         rdev: u32,
     ) -> Res<FileAttr> {
         self.writable()?;
@@ -85,13 +86,15 @@ impl CloakFs {
         let p = self.node(parent)?;
         let stored = self.name_for_new(&p, name)?;
         let created = self.write_sidecar(p.fd(), &stored)?;
-        let made = rustix::fs::mknodat(
-            p.fd(),
-            stored.backing(),
-            rustix::fs::FileType::from_raw_mode(mode),
-            Mode::from_raw_mode(mode & 0o7777),
-            u64::from(rdev),
-        );
+        let made = sys::with_umask(umask, |mask| {
+            rustix::fs::mknodat(
+                p.fd(),
+                stored.backing(),
+                rustix::fs::FileType::from_raw_mode(mode),
+                Mode::from_raw_mode(mode & 0o7777 & mask),
+                u64::from(rdev),
+            )
+        });
         if let Err(e) = made {
             if created {
                 self.remove_sidecar(p.fd(), &stored);
@@ -107,12 +110,14 @@ impl CloakFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
+        umask: u32,
     ) -> Res<FileAttr> {
         self.writable()?;
         sys::exact_modes();
         let p = self.node(parent)?;
         let stored = self.name_for_new(&p, name)?;
-        let (dfd, id) = self.make_dir(&p, name, &stored, mode & 0o7777, self.new_owner(req, &p))?;
+        let owner = self.new_owner(req, &p);
+        let (dfd, id) = self.make_dir(&p, name, &stored, mode & 0o7777, umask, owner)?;
         let fd = self.hold_dir(dfd)?;
         let (inode, attr) = self.lookup_fd(fd, &p, name)?;
         inode.dir_id.get_or_init(id);

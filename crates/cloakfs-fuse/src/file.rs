@@ -226,6 +226,7 @@ impl CloakFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
+        umask: u32,
         flags: i32,
     ) -> Res<(FileAttr, bool)> {
         self.writable()?;
@@ -246,8 +247,11 @@ impl CloakFs {
         let perm = Mode::from_raw_mode(mode & 0o7777);
         // Exclusive even when the caller did not ask, so that a new file is known to be new
         // (see `Inode::created`); a file that exists after all is opened as asked.
-        let mut opened = rustix::fs::openat(p.fd(), stored.backing(), oflags | OFlags::EXCL, perm)
-            .map(|fd| (fd, true));
+        let mut opened = sys::with_umask(umask, |mask| {
+            let perm = Mode::from_raw_mode(mode & 0o7777 & mask);
+            rustix::fs::openat(p.fd(), stored.backing(), oflags | OFlags::EXCL, perm)
+        })
+        .map(|fd| (fd, true));
         if flags & libc::O_EXCL == 0 && opened.as_ref().err() == Some(&rustix::io::Errno::EXIST) {
             opened =
                 rustix::fs::openat(p.fd(), stored.backing(), oflags, perm).map(|fd| (fd, false));

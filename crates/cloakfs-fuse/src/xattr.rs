@@ -127,6 +127,12 @@ fn sized(
 /// the kernel reads through the mount on exec.
 const CAPABILITY: &[u8] = b"security.capability";
 
+/// Whether `name` is a POSIX ACL (access or default), which the kernel asks for on permission
+/// checks when it enforces ACLs.
+fn is_posix_acl(name: &[u8]) -> bool {
+    name == b"system.posix_acl_access" || name == b"system.posix_acl_default"
+}
+
 /// Whether `name` (plaintext or stored: both keep their namespace) is a security-module label.
 pub(crate) fn is_lsm_label(name: &[u8]) -> bool {
     name.starts_with(b"security.") && name != CAPABILITY
@@ -327,8 +333,13 @@ impl CloakFs {
         let backing_name = stored.as_deref().unwrap_or(name.as_bytes());
         XBUF.with_borrow_mut(|buf| {
             let name = OsStr::from_bytes(backing_name);
-            let n =
-                sized(buf, || backing.get_query(name), |b| backing.get(name, b)).map_err(errno)?;
+            let n = match sized(buf, || backing.get_query(name), |b| backing.get(name, b)) {
+                // The kernel takes any error but "none" as a failed permission check.
+                Err(rustix::io::Errno::NOTSUP) if is_posix_acl(name.as_bytes()) => {
+                    return Err(enodata())
+                }
+                r => r.map_err(errno)?,
+            };
             match &stored {
                 None => Ok(buf[..n].to_vec()),
                 Some(enc) => self
