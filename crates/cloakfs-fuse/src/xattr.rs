@@ -1,10 +1,10 @@
 //! Extended attributes: `user.*` names and values are encrypted by the core library; POSIX
 //! ACLs, `security.capability` and `trusted.*` pass through as they are, since the kernel and
-//! the backing file system interpret them. Security-module labels (`security.selinux`,
-//! `security.SMACK64`, `security.ima`, ...) are not supported: a backing file's label is the
-//! ciphertext's, and the kernel labels FUSE files by mount, never by xattr. Saying so
-//! (EOPNOTSUPP) lets `ls -l` stop asking for them after one file, where ENODATA costs one
-//! round trip per file listed.
+//! the backing file system interpret them (the kernel enforces the ACLs: see `init`).
+//! Security-module labels (`security.selinux`, `security.SMACK64`, `security.ima`, ...) are
+//! not supported: a backing file's label is the ciphertext's, and the kernel labels FUSE files
+//! by mount, never by xattr. Saying so (EOPNOTSUPP) lets `ls -l` stop asking for them after one
+//! file, where ENODATA costs one round trip per file listed.
 
 use crate::fs::CloakFs;
 use crate::inode::{Inode, Kind};
