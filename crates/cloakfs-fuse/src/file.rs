@@ -244,17 +244,17 @@ impl CloakFs {
         let stored = self.name_for_new(&p, name)?;
         let created = self.write_sidecar(p.fd(), &stored)?;
         let oflags = OFlags::CREATE | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let perm = Mode::from_raw_mode(mode & 0o7777);
+        let open = |oflags: OFlags| {
+            sys::with_umask(umask, |mask| {
+                let perm = Mode::from_raw_mode(mode & 0o7777 & mask);
+                rustix::fs::openat(p.fd(), stored.backing(), oflags, perm)
+            })
+        };
         // Exclusive even when the caller did not ask, so that a new file is known to be new
         // (see `Inode::created`); a file that exists after all is opened as asked.
-        let mut opened = sys::with_umask(umask, |mask| {
-            let perm = Mode::from_raw_mode(mode & 0o7777 & mask);
-            rustix::fs::openat(p.fd(), stored.backing(), oflags | OFlags::EXCL, perm)
-        })
-        .map(|fd| (fd, true));
+        let mut opened = open(oflags | OFlags::EXCL).map(|fd| (fd, true));
         if flags & libc::O_EXCL == 0 && opened.as_ref().err() == Some(&rustix::io::Errno::EXIST) {
-            opened =
-                rustix::fs::openat(p.fd(), stored.backing(), oflags, perm).map(|fd| (fd, false));
+            opened = open(oflags).map(|fd| (fd, false));
         }
         let (fd, made) = match opened {
             Ok(fd) => fd,
