@@ -334,8 +334,11 @@ impl CloakFs {
         XBUF.with_borrow_mut(|buf| {
             let name = OsStr::from_bytes(backing_name);
             let n = match sized(buf, || backing.get_query(name), |b| backing.get(name, b)) {
-                // The kernel takes any error but "none" as a failed permission check.
-                Err(rustix::io::Errno::NOTSUP) if is_posix_acl(name.as_bytes()) => {
+                // Where the kernel enforces ACLs it takes any error but "none" as a failed
+                // permission check (a backing directory on a file system without ACLs).
+                Err(rustix::io::Errno::NOTSUP)
+                    if self.posix_acl && is_posix_acl(name.as_bytes()) =>
+                {
                     return Err(enodata())
                 }
                 r => r.map_err(errno)?,
