@@ -376,6 +376,7 @@ impl CloakFs {
         name: &OsStr,
         stored: &StoredName,
         mode: u32,
+        umask: u32,
         owner: Option<(u32, Option<u32>)>,
     ) -> Res<(OwnedFd, DirId)> {
         let id = self
@@ -386,9 +387,25 @@ impl CloakFs {
             "{TMP_PREFIX}{}",
             hex(&cloakfs_core::crypto::random::array::<8>())
         );
-        // Writable and searchable by us until the ID is in place.
-        rustix::fs::mkdirat(pfd, tmp.as_str(), Mode::from_raw_mode(mode | 0o300)).map_err(errno)?;
+        // The mode the caller's umask, or the parent's default ACL, gives `mode`.
+        let made = sys::with_umask(umask, |mask| {
+            rustix::fs::mkdirat(pfd, tmp.as_str(), Mode::from_raw_mode(mode & mask))
+        });
+        made.map_err(errno)?;
         let built = (|| -> Res<OwnedFd> {
+            let st =
+                rustix::fs::statat(pfd, tmp.as_str(), AtFlags::SYMLINK_NOFOLLOW).map_err(errno)?;
+            let given = crate::attr::Meta::from_stat(&st).mode & 0o7777;
+            // Readable, writable and searchable by us until the ID is in place.
+            if given & 0o700 != 0o700 {
+                rustix::fs::chmodat(
+                    pfd,
+                    tmp.as_str(),
+                    Mode::from_raw_mode(given | 0o700),
+                    AtFlags::empty(),
+                )
+                .map_err(errno)?;
+            }
             let dfd = sys::open_subdir_readable(pfd, tmp.as_str()).map_err(errno)?;
             // Made durable after the reply, but before any rename, link or fsync (durable.rs).
             let id_file = sys::write_new(dfd.as_fd(), DIRID_FILE, &id.0, DIRID_MODE, false)
@@ -406,12 +423,12 @@ impl CloakFs {
                 chown(dfd.as_fd(), DIRID_FILE, uid, gid)?;
                 chown(dfd.as_fd(), "", uid, gid)?;
             }
-            if mode & 0o300 != 0o300 {
+            if given & 0o700 != 0o700 {
+                // Back to the mode it was given (a set-group-ID bit inherited from the parent
+                // included); a chmod leaves an inherited ACL's entries but the owner's alone.
                 let st = crate::attr::Meta::of_fd(&dfd).map_err(errno)?;
-                // Keep a set-group-ID bit inherited from the parent.
                 let keep = st.mode & libc::S_ISGID;
-                rustix::fs::fchmod(&dfd, Mode::from_raw_mode((mode & 0o7777) | keep))
-                    .map_err(errno)?;
+                rustix::fs::fchmod(&dfd, Mode::from_raw_mode(given | keep)).map_err(errno)?;
             }
             self.remember_dir_id(id_file.as_fd(), id);
             // Nothing may fail once the directory has its name.
@@ -738,7 +755,7 @@ mod tests {
         let root = fs.node(INodeNo(fs.inodes.root())).unwrap();
         let stored = fs.stored_name(&root, OsStr::new("d")).unwrap();
         let (_dfd, made) = fs
-            .make_dir(&root, OsStr::new("d"), &stored, 0o755, None)
+            .make_dir(&root, OsStr::new("d"), &stored, 0o755, 0, None)
             .unwrap();
         let file = tmp.path().join(stored.backing()).join(DIRID_FILE);
 

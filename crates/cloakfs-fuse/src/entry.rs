@@ -78,6 +78,7 @@ impl CloakFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
+        umask: u32,
         rdev: u32,
     ) -> Res<FileAttr> {
         self.writable()?;
@@ -85,7 +86,6 @@ impl CloakFs {
         let p = self.node(parent)?;
         let stored = self.name_for_new(&p, name)?;
         let created = self.write_sidecar(p.fd(), &stored)?;
-        let perm = Mode::from_raw_mode(mode & 0o7777);
         // Shared, a regular file has its header before its name appears, as in a create.
         let header = if mode & libc::S_IFMT == libc::S_IFREG && self.coherence.sharing.is_shared() {
             cloakfs_core::io::file::new_file_header(&self.codec, &self.default_recipients(&p))
@@ -94,21 +94,26 @@ impl CloakFs {
             None
         };
         let oflags = OFlags::CREATE | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let with_header = match &header {
-            Some(h) => crate::file::create_with_header(p.fd(), stored.backing(), oflags, perm, h),
-            None => Ok(None),
-        };
-        let made = match with_header {
-            Ok(Some(_)) => Ok(()),
-            Ok(None) => rustix::fs::mknodat(
-                p.fd(),
-                stored.backing(),
-                rustix::fs::FileType::from_raw_mode(mode),
-                perm,
-                u64::from(rdev),
-            ),
-            Err(e) => Err(e),
-        }
+        let made = sys::with_umask(umask, |mask| {
+            let perm = Mode::from_raw_mode(mode & 0o7777 & mask);
+            let with_header = match &header {
+                Some(h) => {
+                    crate::file::create_with_header(p.fd(), stored.backing(), oflags, perm, h)
+                }
+                None => Ok(None),
+            };
+            match with_header {
+                Ok(Some(_)) => Ok(()),
+                Ok(None) => rustix::fs::mknodat(
+                    p.fd(),
+                    stored.backing(),
+                    rustix::fs::FileType::from_raw_mode(mode),
+                    perm,
+                    u64::from(rdev),
+                ),
+                Err(e) => Err(e),
+            }
+        })
         .map_err(|e| crate::file::exclusive_failure(p.fd(), stored.backing(), e));
         if let Err(e) = made {
             if created {
@@ -125,12 +130,14 @@ impl CloakFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
+        umask: u32,
     ) -> Res<FileAttr> {
         self.writable()?;
         sys::exact_modes();
         let p = self.node(parent)?;
         let stored = self.name_for_new(&p, name)?;
-        let (dfd, id) = self.make_dir(&p, name, &stored, mode & 0o7777, self.new_owner(req, &p))?;
+        let owner = self.new_owner(req, &p);
+        let (dfd, id) = self.make_dir(&p, name, &stored, mode & 0o7777, umask, owner)?;
         let fd = self.hold_dir(dfd)?;
         let (inode, attr) = self.lookup_fd(fd, &p, name)?;
         inode.dir_id.get_or_init(id);

@@ -226,6 +226,7 @@ impl CloakFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
+        umask: u32,
         flags: i32,
     ) -> Res<(FileAttr, bool)> {
         self.writable()?;
@@ -243,7 +244,12 @@ impl CloakFs {
         let stored = self.name_for_new(&p, name)?;
         let created = self.write_sidecar(p.fd(), &stored)?;
         let oflags = OFlags::CREATE | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let perm = Mode::from_raw_mode(mode & 0o7777);
+        let open = |oflags: OFlags| {
+            sys::with_umask(umask, |mask| {
+                let perm = Mode::from_raw_mode(mode & 0o7777 & mask);
+                rustix::fs::openat(p.fd(), stored.backing(), oflags, perm)
+            })
+        };
         // Exclusive even when the caller did not ask, so that a new file is known to be new
         // (see `Inode::created`); a file that exists after all is opened as asked. Shared,
         // the new file has its header before its name appears (see `create_with_header`).
@@ -254,19 +260,21 @@ impl CloakFs {
             None
         };
         let with_header = match &header {
-            Some(h) => create_with_header(p.fd(), stored.backing(), oflags, perm, h),
+            Some(h) => sys::with_umask(umask, |mask| {
+                let perm = Mode::from_raw_mode(mode & 0o7777 & mask);
+                create_with_header(p.fd(), stored.backing(), oflags, perm, h)
+            }),
             None => Ok(None),
         };
         let mut opened = match with_header {
             Ok(Some(fd)) => Ok(fd),
-            Ok(None) => rustix::fs::openat(p.fd(), stored.backing(), oflags | OFlags::EXCL, perm),
+            Ok(None) => open(oflags | OFlags::EXCL),
             Err(e) => Err(e),
         }
         .map_err(|e| exclusive_failure(p.fd(), stored.backing(), e))
         .map(|fd| (fd, true));
         if flags & libc::O_EXCL == 0 && opened.as_ref().err() == Some(&rustix::io::Errno::EXIST) {
-            opened =
-                rustix::fs::openat(p.fd(), stored.backing(), oflags, perm).map(|fd| (fd, false));
+            opened = open(oflags).map(|fd| (fd, false));
         }
         let (fd, made) = match opened {
             Ok(fd) => fd,

@@ -60,6 +60,9 @@ pub(crate) struct CloakFs {
     /// the page cache (see `Inode::created` and `Inode::opened`): set at the handshake when
     /// the kernel lets such handles be mapped shared.
     pub(crate) uncached_writers: bool,
+    /// Whether the kernel enforces POSIX ACLs (FUSE_POSIX_ACL, set at the handshake): it then
+    /// leaves the caller's umask to us (see `sys::with_umask`).
+    pub(crate) posix_acl: bool,
     /// Whether other machines share the cipher directory, and what that needs.
     pub(crate) coherence: Coherence,
     /// Open plaintext files of an adopted tree.
@@ -153,6 +156,7 @@ impl CloakFs {
             writeback_cache: false,
             io_uring: false,
             uncached_writers: false,
+            posix_acl: false,
             plain: crate::plain::PlainFiles::new(&params, false),
             defaults,
             defaults_noted: Mutex::new(HashSet::new()),
@@ -497,6 +501,29 @@ impl CloakFs {
             bsize,
             frsize,
         ))
+    }
+
+    /// The umask a create request's caller asked for, if the backing create is to apply it
+    /// (the kernel has not: see `posix_acl`); else 0.
+    pub(crate) fn creation_umask(&self, umask: u32) -> u32 {
+        if self.posix_acl {
+            umask & 0o777
+        } else {
+            0
+        }
+    }
+
+    /// Whether the backing file system keeps POSIX ACLs (ext4, xfs, btrfs, tmpfs: yes; vfat,
+    /// most network file systems: no).
+    pub(crate) fn backing_keeps_acls(&self) -> bool {
+        let Ok(root) = self.node(INodeNo(self.inodes.root())) else {
+            return false;
+        };
+        let path = sys::proc_path(root.fd());
+        !matches!(
+            rustix::fs::getxattr_query(path.as_str(), "system.posix_acl_access"),
+            Err(rustix::io::Errno::NOTSUP)
+        )
     }
 
     pub(crate) fn do_access(&self, ino: INodeNo, mask: AccessFlags) -> Res<()> {

@@ -87,6 +87,7 @@ pub struct MountOptions {
     /// Let root access the mount (`-o allow_root`).
     pub allow_root: bool,
     /// Let the kernel check permissions from the reported modes (`-o default_permissions`).
+    /// Implied where the kernel enforces POSIX ACLs (see `CloakFs::init`).
     pub default_permissions: bool,
     /// Other options passed to the kernel as they are (nosuid, nodev, noexec, noatime, ...).
     pub kernel_options: Vec<String>,
@@ -269,7 +270,7 @@ impl std::fmt::Debug for Mounted {
 ///
 /// Process-wide effect: the soft RLIMIT_NOFILE is raised to the hard limit (every node the
 /// kernel knows holds a descriptor). The process umask is left alone: worker threads create
-/// objects with their own umask of 0, since the kernel has applied the caller's already.
+/// objects with a umask of their own, the caller's (see `sys::with_umask`).
 pub fn mount(
     volume: Volume,
     cipherdir: &Path,

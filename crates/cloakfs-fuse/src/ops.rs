@@ -194,6 +194,22 @@ impl Filesystem for CloakFs {
             && config
                 .capabilities()
                 .contains(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
+        // POSIX ACLs enforced by the kernel, as on the backing file system, when that keeps
+        // them: the kernel then checks permissions itself (default_permissions) against the
+        // mode and the ACLs it asks us for (system.posix_acl_*, passed through to the backing
+        // objects and cached by the kernel until it sets or drops them, or forgets the node),
+        // and stops applying the umask to new objects: it sends the caller's, which the
+        // backing file system applies unless the parent has a default ACL (`with_umask`).
+        let acl = InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK;
+        self.posix_acl = self.backing_keeps_acls()
+            && config.capabilities().contains(acl)
+            && config.add_capabilities(acl).is_ok();
+        if !self.posix_acl {
+            tracing::info!(
+                "POSIX ACLs are not enforced: the cipher directory's file system does not keep \
+                 them, or the kernel does not offer FUSE_POSIX_ACL"
+            );
+        }
         if self.adopted() {
             // The kernel refuses passthrough opens on a writeback-cached mount.
             let offered = config.capabilities().contains(InitFlags::FUSE_PASSTHROUGH);
@@ -283,11 +299,16 @@ impl Filesystem for CloakFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        reply_entry(reply, self, self.do_mknod(req, parent, name, mode, rdev));
+        let umask = self.creation_umask(umask);
+        reply_entry(
+            reply,
+            self,
+            self.do_mknod(req, parent, name, mode, umask, rdev),
+        );
     }
 
     fn mkdir(
@@ -296,10 +317,11 @@ impl Filesystem for CloakFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         reply: ReplyEntry,
     ) {
-        reply_entry(reply, self, self.do_mkdir(req, parent, name, mode));
+        let umask = self.creation_umask(umask);
+        reply_entry(reply, self, self.do_mkdir(req, parent, name, mode, umask));
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -733,11 +755,12 @@ impl Filesystem for CloakFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         flags: i32,
         reply: ReplyCreate,
     ) {
-        match self.do_create(req, parent, name, mode, flags) {
+        let umask = self.creation_umask(umask);
+        match self.do_create(req, parent, name, mode, umask, flags) {
             Ok((attr, made)) => {
                 let fh = self.new_fh();
                 let uncached = match self.node(attr.ino) {

@@ -269,28 +269,56 @@ pub(crate) fn sync_dir(dir: BorrowedFd<'_>) -> rustix::io::Result<()> {
 }
 
 thread_local! {
-    static OWN_UMASK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static OWN_UMASK: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
 }
 
-/// Makes the calling worker thread create objects with exactly the modes the kernel sends
-/// (it has already applied the caller's umask): the thread gets its own file-system context
-/// with umask 0, so the rest of the process keeps its umask.
-pub(crate) fn exact_modes() {
-    OWN_UMASK.with(|done| {
-        if done.replace(true) {
-            return;
+/// Makes the calling worker thread create objects with exactly the modes it asks for: the
+/// thread gets its own file-system context with umask 0, so the rest of the process keeps its
+/// umask. Returns whether the thread has a umask of its own.
+pub(crate) fn exact_modes() -> bool {
+    OWN_UMASK.with(|own| {
+        if let Some(done) = own.get() {
+            return done;
         }
         // SAFETY: only the file-system context (cwd, root, umask) is unshared; descriptor
         // tables stay shared, so every descriptor remains usable on every thread.
-        match unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::FS) } {
+        let done = match unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::FS) }
+        {
             Ok(()) => {
                 rustix::process::umask(Mode::empty());
+                true
             }
-            Err(e) => tracing::warn!(
-                "cannot give a worker thread its own umask ({e}): new objects get the daemon's"
-            ),
-        }
-    });
+            Err(e) => {
+                tracing::warn!(
+                    "cannot give a worker thread its own umask ({e}): new objects get the daemon's"
+                );
+                false
+            }
+        };
+        own.set(Some(done));
+        done
+    })
+}
+
+/// Runs `make`, a backing create of an object for a caller whose umask is `umask`, with the
+/// worker thread's umask set to it: the backing file system then gives the object the mode
+/// asked for minus the umask, or, under a directory with a default ACL, that ACL and no umask
+/// (as ext4 does for the caller). `make` is given the mask to apply to the mode itself: all
+/// bits, unless the thread could not have a umask of its own (the umask is then applied by
+/// hand and a default ACL meets the mode without it). A `umask` of 0 (the kernel applied it
+/// already: no FUSE_POSIX_ACL) leaves the thread's umask alone.
+pub(crate) fn with_umask<T>(umask: u32, make: impl FnOnce(u32) -> T) -> T {
+    let umask = umask & 0o777;
+    if !exact_modes() {
+        return make(!umask & 0o7777);
+    }
+    if umask == 0 {
+        return make(0o7777);
+    }
+    rustix::process::umask(Mode::from_raw_mode(umask));
+    let made = make(0o7777);
+    rustix::process::umask(Mode::empty());
+    made
 }
 
 /// Raises the limit of open descriptors as far as allowed: every node the kernel knows holds

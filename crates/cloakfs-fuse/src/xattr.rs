@@ -1,10 +1,10 @@
 //! Extended attributes: `user.*` names and values are encrypted by the core library; POSIX
 //! ACLs, `security.capability` and `trusted.*` pass through as they are, since the kernel and
-//! the backing file system interpret them. Security-module labels (`security.selinux`,
-//! `security.SMACK64`, `security.ima`, ...) are not supported: a backing file's label is the
-//! ciphertext's, and the kernel labels FUSE files by mount, never by xattr. Saying so
-//! (EOPNOTSUPP) lets `ls -l` stop asking for them after one file, where ENODATA costs one
-//! round trip per file listed.
+//! the backing file system interpret them (the kernel enforces the ACLs: see `init`).
+//! Security-module labels (`security.selinux`, `security.SMACK64`, `security.ima`, ...) are
+//! not supported: a backing file's label is the ciphertext's, and the kernel labels FUSE files
+//! by mount, never by xattr. Saying so (EOPNOTSUPP) lets `ls -l` stop asking for them after one
+//! file, where ENODATA costs one round trip per file listed.
 
 use crate::fs::CloakFs;
 use crate::inode::{Inode, Kind};
@@ -126,6 +126,12 @@ fn sized(
 /// The one `security.*` name with a meaning for the plaintext view: file capabilities, which
 /// the kernel reads through the mount on exec.
 const CAPABILITY: &[u8] = b"security.capability";
+
+/// Whether `name` is a POSIX ACL (access or default), which the kernel asks for on permission
+/// checks when it enforces ACLs.
+fn is_posix_acl(name: &[u8]) -> bool {
+    name == b"system.posix_acl_access" || name == b"system.posix_acl_default"
+}
 
 /// Whether `name` (plaintext or stored: both keep their namespace) is a security-module label.
 pub(crate) fn is_lsm_label(name: &[u8]) -> bool {
@@ -327,8 +333,16 @@ impl CloakFs {
         let backing_name = stored.as_deref().unwrap_or(name.as_bytes());
         XBUF.with_borrow_mut(|buf| {
             let name = OsStr::from_bytes(backing_name);
-            let n =
-                sized(buf, || backing.get_query(name), |b| backing.get(name, b)).map_err(errno)?;
+            let n = match sized(buf, || backing.get_query(name), |b| backing.get(name, b)) {
+                // Where the kernel enforces ACLs it takes any error but "none" as a failed
+                // permission check (a backing directory on a file system without ACLs).
+                Err(rustix::io::Errno::NOTSUP)
+                    if self.posix_acl && is_posix_acl(name.as_bytes()) =>
+                {
+                    return Err(enodata())
+                }
+                r => r.map_err(errno)?,
+            };
             match &stored {
                 None => Ok(buf[..n].to_vec()),
                 Some(enc) => self
