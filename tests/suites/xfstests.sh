@@ -78,6 +78,8 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
+# Tests run commands as fsgqa and other users: they must reach the mount points (mktemp: 0700).
+chmod 755 "$work"
 mkdir -p "$work/disk" "$work/test" "$work/scratch"
 truncate -s 3G "$work/disk.img"
 mkfs.ext4 -q -F "$work/disk.img"
