@@ -148,7 +148,8 @@ line() { grep -E "^$1:" "$cache/check.out" | tail -1 | sed -E "s/^$1: *//"; }
 ran=$(line Ran) notrun=$(line 'Not run') failures=$(line Failures)
 [ -n "$ran" ] || { tail -30 "$cache/check.out"; die "./check printed no Ran: line (exit $st)"; }
 count() { wc -w <<<"$1" | tr -d ' '; }
-say "ran $(count "$ran"), not run $(count "$notrun"), failed $(count "$failures")"
+# ./check's Ran: line lists the tests not run too.
+say "ran $(( $(count "$ran") - $(count "$notrun") )), not run $(count "$notrun"), failed $(count "$failures")"
 if grep -q '^Interrupted!' "$cache/check.out"; then say "PARTIAL RUN: ./check was interrupted (time budget?)"; fi
 
 declare -A why=()
