@@ -21,6 +21,10 @@ pkgs+=(g++)
 # devices for simulated power cuts.
 # python3-fusepy: tests/crash/failfs.py, a backing store that fails with EIO on demand.
 pkgs+=(stress-ng dbench fio e2fsprogs mount python3-fusepy)
+# xfstests (tests/suites/xfstests.sh, CLOAKFS_SLOW_TESTS=1) is built from source: its build
+# dependencies, and the tools its tests run (gawk as awk, xfs_io, setfacl, attr, bc).
+pkgs+=(autoconf automake libtool make gcc xfslibs-dev uuid-dev libattr1-dev libacl1-dev libaio-dev
+    liburing-dev libgdbm-dev xfsprogs attr acl bc gawk perl)
 # The reverse view's tests back it up with rsync and check that only changed files move.
 pkgs+=(rsync)
 # The shared-storage tests drive SQLite with its command-line shell.
