@@ -50,6 +50,11 @@ fi
 init_cloakfsxts() { CLOAKFS_INIT_OPTS="${CLOAKFS_INIT_OPTS:-} --cipher aes-256-xts" init_cloakfs "$@"; }
 mount_cloakfsxts() { mount_cloakfs "$@"; }
 
+# cloakfsbase: cloakfs as built by another commit ($CLOAKFS_BASE_BIN), mounted as cloakfs is,
+# so that a change is measured before and after in one run (ratios between the two columns).
+init_cloakfsbase() { CLOAKFS_BIN=${CLOAKFS_BASE_BIN:?set CLOAKFS_BASE_BIN} init_cloakfs "$@"; }
+mount_cloakfsbase() { CLOAKFS_BIN=${CLOAKFS_BASE_BIN:?set CLOAKFS_BASE_BIN} mount_cloakfs "$@"; }
+
 # cloakfsd: the same volume served by the multi-user daemon as an attach (every request goes
 # through the authorization gate and per-thread credential switching, no writeback cache), to
 # price those checks against the single-user mount.  The daemon's tree lives next to MNT; the
@@ -115,7 +120,7 @@ _fsb_start_sampler() {
 }
 
 # Wrap every FUSE file system's mount function (peers.sh's and ours) with the sampler.
-for _fsb_fs in passthrough gocryptfs securefs encfs cryfs cloakfs cloakfsxts cloakfsd ${FSB_MEM_EXTRA_FS:-}; do
+for _fsb_fs in passthrough gocryptfs securefs encfs cryfs cloakfs cloakfsxts cloakfsd cloakfsbase ${FSB_MEM_EXTRA_FS:-}; do
     if declare -F "mount_$_fsb_fs" > /dev/null && ! declare -F "_fsb_orig_mount_$_fsb_fs" > /dev/null; then
         eval "$(declare -f "mount_$_fsb_fs" | sed "1s/^mount_$_fsb_fs /_fsb_orig_mount_$_fsb_fs /")"
         eval "mount_$_fsb_fs() { _fsb_orig_mount_$_fsb_fs \"\$@\"; _fsb_start_sampler \"\$1\"; }"

@@ -6,7 +6,9 @@
 #   FS             file systems, in this order (default: plain passthrough gocryptfs securefs cloakfs);
 #                  anything peers.sh knows: plain passthrough gocryptfs securefs encfs cryfs cloakfs,
 #                  cloakfsd (the same volume as an attach of the multi-user daemon) and cloakfsxts
-#                  (a size-preserving aes-256-xts volume, mounted as cloakfs); with --store the
+#                  (a size-preserving aes-256-xts volume, mounted as cloakfs), cloakfsbase (the
+#                  binary $CLOAKFS_BASE_BIN, e.g. an older commit's, for a before/after in one
+#                  run); with --store the
 #                  default is plain gocryptfs cloakfs
 #   -r ROUNDS      rounds of the whole list (default 2; peers.sh alternates the order per round)
 #   --no-build     do not run `cargo build --release` (use the existing $CLOAKFS_BIN)
