@@ -65,9 +65,9 @@ impl Setup {
         t
     }
 
-    fn mount(&self) {
+    fn mount(&self, opts: &str) {
         let (rc, out) = self.owner.sh(&format!(
-            "{} mount --passfile {} -o allow_other {} {}",
+            "{} mount --passfile {} {opts} {} {}",
             s(&self.bin),
             s(&self.pass),
             s(&self.cipher),
@@ -155,7 +155,7 @@ fn acls_as_on_the_backing_file_system(tag: &str, init_args: &[&str]) {
         "plain"
     );
 
-    t.mount();
+    t.mount("-o allow_other");
     let (m_owner, m_other) = t.acl_behaviour(&t.mnt);
     // As the owner, then as the other user.
     assert_eq!((m_owner, m_other), (owner, other), "through the mount");
@@ -171,4 +171,40 @@ fn posix_acls_deny_grant_inherit_and_show_at_once() {
 #[test]
 fn posix_acls_on_an_xts_volume() {
     acls_as_on_the_backing_file_system("t", &["--cipher", "aes-256-xts"]);
+}
+
+/// A mount only its owner reaches (no allow_other) leaves permission checks to the backing
+/// file system, as the daemon runs as the owner, and the kernel checks nothing itself (the
+/// cost of default_permissions is paid only where other users come in); the owner still gets
+/// what ext4 gives: the default ACL or the umask on new entries, the mode a `setfacl`
+/// changes at once.
+#[test]
+fn a_private_mount_gives_its_owner_what_ext4_gives() {
+    let t = Setup::new("p", &[]);
+    let (owner, _) = t.acl_behaviour(&t.plain);
+    assert!(
+        owner.starts_with("fresh before 600\nfresh after 660\n"),
+        "plain: {owner}"
+    );
+    t.mount("");
+    let (m_owner, m_other) = t.acl_behaviour(&t.mnt);
+    assert_eq!(m_owner, owner, "through the mount");
+    assert!(
+        m_other.contains("can't cd"),
+        "the other user reached the mount: {m_other}"
+    );
+    let line = mounted_line(&t.mnt);
+    assert!(!line.contains("default_permissions"), "{line}");
+    let (rc, out) = t.owner.sh(&format!("{} unmount {}", s(&t.bin), s(&t.mnt)));
+    assert_eq!(rc, 0, "{out}");
+}
+
+/// The mount's line in /proc/self/mountinfo (with its options).
+fn mounted_line(mnt: &Path) -> String {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .find(|l| l.split(' ').nth(4) == Some(s(mnt)))
+        .map(str::to_string)
+        .unwrap_or_default()
 }

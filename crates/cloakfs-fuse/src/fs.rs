@@ -60,9 +60,19 @@ pub(crate) struct CloakFs {
     /// the page cache (see `Inode::created` and `Inode::opened`): set at the handshake when
     /// the kernel lets such handles be mapped shared.
     pub(crate) uncached_writers: bool,
-    /// Whether the kernel enforces POSIX ACLs (FUSE_POSIX_ACL, set at the handshake): it then
-    /// leaves the caller's umask to us (see `sys::with_umask`).
+    /// Whether users other than the mount's owner reach it (allow_other, or default_permissions
+    /// asked for): only then is there a permission for the kernel to check against POSIX ACLs
+    /// (the owner's own access is decided by the mode bits alone), and only then is that worth
+    /// default_permissions' cost: the kernel fetches a directory's attributes again before the
+    /// next create or unlink in it, after every change in it.
+    pub(crate) admits_others: bool,
+    /// Whether the kernel enforces POSIX ACLs (FUSE_POSIX_ACL, set at the handshake where
+    /// `admits_others`).
     pub(crate) posix_acl: bool,
+    /// Whether the kernel leaves the caller's umask to us (FUSE_DONT_MASK, set at the
+    /// handshake where the backing file system keeps ACLs): new objects then get the parent's
+    /// default ACL or the umask from the backing file system (see `sys::with_umask`).
+    pub(crate) dont_mask: bool,
     /// Whether other machines share the cipher directory, and what that needs.
     pub(crate) coherence: Coherence,
     /// Open plaintext files of an adopted tree.
@@ -156,7 +166,9 @@ impl CloakFs {
             writeback_cache: false,
             io_uring: false,
             uncached_writers: false,
+            admits_others: false,
             posix_acl: false,
+            dont_mask: false,
             plain: crate::plain::PlainFiles::new(&params, false),
             defaults,
             defaults_noted: Mutex::new(HashSet::new()),
@@ -504,9 +516,9 @@ impl CloakFs {
     }
 
     /// The umask a create request's caller asked for, if the backing create is to apply it
-    /// (the kernel has not: see `posix_acl`); else 0.
+    /// (the kernel has not: see `dont_mask`); else 0.
     pub(crate) fn creation_umask(&self, umask: u32) -> u32 {
-        if self.posix_acl {
+        if self.dont_mask {
             umask & 0o777
         } else {
             0

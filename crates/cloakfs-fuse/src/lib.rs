@@ -139,6 +139,12 @@ impl MountOptions {
         }
     }
 
+    /// Whether users other than the mount's owner reach it: `-o allow_other` (also as a kernel
+    /// option), or the kernel asked to check permissions (`-o default_permissions`).
+    fn admits_others(&self) -> bool {
+        self.default_permissions || self.session_config().acl == SessionACL::All
+    }
+
     /// The fuser session configuration for these options.
     fn session_config(&self) -> fuser::Config {
         let mut mount_options = vec![
@@ -291,6 +297,7 @@ pub fn mount(
     .accept_plaintext(opts.accept_plaintext);
     fs.writeback_cache = opts.writeback_cache;
     fs.io_uring = opts.io_uring;
+    fs.admits_others = opts.admits_others();
     let fs = binding::Bound::new(fs, opts.binding)?;
     let session = new_session(fs, mountpoint, &opts.session_config())?;
     let _ = notifier.set(session.notifier());

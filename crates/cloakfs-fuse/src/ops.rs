@@ -194,17 +194,23 @@ impl Filesystem for CloakFs {
             && config
                 .capabilities()
                 .contains(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
-        // POSIX ACLs enforced by the kernel, as on the backing file system, when that keeps
-        // them: the kernel then checks permissions itself (default_permissions) against the
-        // mode and the ACLs it asks us for (system.posix_acl_*, passed through to the backing
-        // objects and cached by the kernel until it sets or drops them, or forgets the node),
-        // and stops applying the umask to new objects: it sends the caller's, which the
-        // backing file system applies unless the parent has a default ACL (`with_umask`).
-        let acl = InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK;
-        self.posix_acl = self.backing_keeps_acls()
-            && config.capabilities().contains(acl)
-            && config.add_capabilities(acl).is_ok();
-        if !self.posix_acl {
+        // Where the backing file system keeps ACLs, the kernel stops applying the umask to
+        // new objects: it sends the caller's, which the backing file system applies unless the
+        // parent has a default ACL (`with_umask`). Where other users reach the mount, POSIX
+        // ACLs are also enforced by the kernel, as on the backing file system: it then checks
+        // permissions itself (default_permissions) against the mode and the ACLs it asks us
+        // for (system.posix_acl_*, passed through to the backing objects and cached by the
+        // kernel until it sets or drops them, or forgets the node).
+        let keeps_acls = self.backing_keeps_acls();
+        let offered = config.capabilities();
+        self.dont_mask = keeps_acls
+            && offered.contains(InitFlags::FUSE_DONT_MASK)
+            && config.add_capabilities(InitFlags::FUSE_DONT_MASK).is_ok();
+        self.posix_acl = self.admits_others
+            && keeps_acls
+            && offered.contains(InitFlags::FUSE_POSIX_ACL)
+            && config.add_capabilities(InitFlags::FUSE_POSIX_ACL).is_ok();
+        if self.admits_others && !self.posix_acl {
             tracing::info!(
                 "POSIX ACLs are not enforced: the cipher directory's file system does not keep \
                  them, or the kernel does not offer FUSE_POSIX_ACL"

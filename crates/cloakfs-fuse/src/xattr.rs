@@ -390,7 +390,21 @@ impl CloakFs {
                 backing.set(OsStr::from_bytes(&enc), &sealed, flags)
             }
         }
-        .map_err(errno)
+        .map_err(errno)?;
+        self.acl_may_have_changed_mode(ino, name);
+        Ok(())
+    }
+
+    /// An access ACL set or removed changes the mode with it (its owner, group-or-mask and
+    /// other entries are the mode bits). Where the kernel enforces ACLs it refreshes the mode
+    /// itself; elsewhere it would show the cached one until the attribute timeout, so its
+    /// attributes are dropped here.
+    fn acl_may_have_changed_mode(&self, ino: INodeNo, name: &OsStr) {
+        if !self.posix_acl && name.as_bytes() == b"system.posix_acl_access" {
+            if let Some(n) = self.pruner.notifier() {
+                let _ = n.inval_inode(ino, -1, 0);
+            }
+        }
     }
 
     /// Gives encrypted file `to` the xattrs of plaintext file `from` (`cloakfs encrypt`), each
@@ -480,7 +494,9 @@ impl CloakFs {
         let backing_name = stored.as_deref().unwrap_or(name.as_bytes());
         Backing::of(&inode)
             .remove(OsStr::from_bytes(backing_name))
-            .map_err(errno)
+            .map_err(errno)?;
+        self.acl_may_have_changed_mode(ino, name);
+        Ok(())
     }
 }
 
