@@ -65,6 +65,21 @@ impl Setup {
         self.u.sh(script)
     }
 
+    /// `cloakfs run` of the volume at the mount point, as the user, running `command`.
+    fn run(&self, command: &[&str]) -> std::process::Command {
+        let mut c = self.u.command(&self.bin);
+        c.args([
+            "run",
+            "--passfile",
+            s(&self.pass),
+            s(&self.cipher),
+            s(&self.mnt),
+            "--",
+        ])
+        .args(command);
+        c
+    }
+
     fn mount(&self, opts: &str) {
         let (rc, out) = self.sh(&format!(
             "{} mount --passfile {} {opts} {} {}",
@@ -260,26 +275,17 @@ fn bad_binding_options_are_refused() {
 #[test]
 fn run_shows_the_view_to_the_command_only() {
     let t = Setup::new("cfsl-run1");
-    let mut child =
-        t.u.command(&t.bin)
-            .args([
-                "run",
-                "--passfile",
-                s(&t.pass),
-                s(&t.cipher),
-                s(&t.mnt),
-                "--",
-            ])
-            .args([
-                "sh",
-                "-c",
-                &format!("cat {n}; read x; echo $x >> {n}; cat {n}", n = s(&t.note())),
-            ])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+    let mut child = t
+        .run(&[
+            "sh",
+            "-c",
+            &format!("cat {n}; read x; echo $x >> {n}; cat {n}", n = s(&t.note())),
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut first = String::new();
     out.read_line(&mut first).unwrap();
@@ -305,20 +311,7 @@ fn run_shows_the_view_to_the_command_only() {
     assert_eq!((rc, text.as_str()), (0, "bound\nappended\n"));
 
     // The command's status is passed on; a command that cannot start is 127.
-    let run = |cmd: &[&str]| {
-        t.u.command(&t.bin)
-            .args([
-                "run",
-                "--passfile",
-                s(&t.pass),
-                s(&t.cipher),
-                s(&t.mnt),
-                "--",
-            ])
-            .args(cmd)
-            .output()
-            .unwrap()
-    };
+    let run = |cmd: &[&str]| t.run(cmd).output().unwrap();
     assert_eq!(run(&["sh", "-c", "exit 3"]).status.code(), Some(3));
     let o = run(&["/nonexistent/program"]);
     assert_eq!(o.status.code(), Some(127));
@@ -348,24 +341,13 @@ fn run_serves_only_the_commands_process_tree() {
         pid = s(&pid_fifo),
         go = s(&go_fifo)
     );
-    let mut child =
-        t.u.command(&t.bin)
-            .args([
-                "run",
-                "--passfile",
-                s(&t.pass),
-                s(&t.cipher),
-                s(&t.mnt),
-                "--",
-                "sh",
-                "-c",
-                &script,
-            ])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+    let mut child = t
+        .run(&["sh", "-c", &script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
