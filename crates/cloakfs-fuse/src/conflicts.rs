@@ -31,12 +31,7 @@ impl CloakFs {
     ) -> Option<Vec<u8>> {
         let backing = std::str::from_utf8(backing).ok()?;
         let (copy, _) = self.open_conflict(id, dfd, backing)?;
-        let fresh = self
-            .warned
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert((dir.nodeid, backing.as_bytes().to_vec()));
-        if fresh {
+        if self.first_report(dir.nodeid, backing.as_bytes()) {
             tracing::warn!(
                 "{}/{backing}: a conflict copy made by {}; listed under a name with \"(conflict ...)\"",
                 sys::describe(dfd),

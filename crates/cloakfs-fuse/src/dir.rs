@@ -111,12 +111,7 @@ impl CloakFs {
 
     /// Reports (once per directory) a directory without its ID file: EIO.
     fn missing_dir_id(&self, dir: &Inode) -> Errno {
-        let fresh = self
-            .warned
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert((dir.nodeid, DIRID_FILE.as_bytes().to_vec()));
-        if fresh {
+        if self.first_report(dir.nodeid, DIRID_FILE.as_bytes()) {
             tracing::error!(
                 "{}: directory has no {DIRID_FILE}; its entries cannot be named",
                 sys::describe(dir.fd())
@@ -189,13 +184,7 @@ impl CloakFs {
 
     /// Logs (once per backing entry) that a listed name does not decrypt.
     fn warn_bad_name(&self, dir: &Inode, backing: &[u8], why: &str) {
-        let key = (dir.nodeid, backing.to_vec());
-        let fresh = self
-            .warned
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key);
-        if fresh {
+        if self.first_report(dir.nodeid, backing) {
             tracing::warn!(
                 "{}/{}: {why}; not listed",
                 sys::describe(dir.fd()),

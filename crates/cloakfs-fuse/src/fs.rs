@@ -42,8 +42,8 @@ pub(crate) struct CloakFs {
     /// requests run with switched file-system credentials, so new objects need no chown and
     /// shared open files need an explicit access check.
     pub(crate) attach_owner: Option<(u32, u32)>,
-    /// Backing entries already reported as undecryptable (directory node, backing name).
-    pub(crate) warned: Mutex<HashSet<(u64, Vec<u8>)>>,
+    /// What the log has said once already (see `first_report`).
+    warned: Mutex<HashSet<(u64, Vec<u8>)>>,
     /// Directory IDs of directories whose nodes the kernel may have forgotten.
     pub(crate) dir_ids: DirIdCache,
     /// Keeps the nodes (one descriptor each) below the descriptor limit.
@@ -523,6 +523,16 @@ impl CloakFs {
         } else {
             0
         }
+    }
+
+    /// Whether this is the first report of `what` about node `node` (a backing entry that does
+    /// not decrypt, a directory without its ID file, a conflict copy...): the log says each
+    /// once per mount, however often the kernel asks.
+    pub(crate) fn first_report(&self, node: u64, what: &[u8]) -> bool {
+        self.warned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((node, what.to_vec()))
     }
 
     /// Whether the backing file system keeps POSIX ACLs (ext4, xfs, btrfs, tmpfs: yes; vfat,

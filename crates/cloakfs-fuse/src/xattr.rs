@@ -460,13 +460,8 @@ impl CloakFs {
                         out.push(0);
                     }
                     Err(_) => {
-                        let key = (inode.nodeid, [b"xattr:".as_slice(), stored].concat());
-                        let fresh = self
-                            .warned
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .insert(key);
-                        if fresh {
+                        let what = [b"xattr:".as_slice(), stored].concat();
+                        if self.first_report(inode.nodeid, &what) {
                             tracing::warn!(
                                 "{}: xattr {} does not decrypt; not listed",
                                 sys::describe(inode.fd()),
