@@ -808,12 +808,11 @@ impl Checker<'_> {
         names.sort();
         for name in names {
             let backing = dir.join(&name);
-            let known = name.to_str().is_some_and(|n| {
-                crate::format::meta::long_target_name(
-                    format!("{}{n}", crate::format::meta::LONG_TARGET_PREFIX).as_bytes(),
-                )
-                .is_some()
-            });
+            let n = name.to_string_lossy().into_owned();
+            // What a symlink pointing to it holds.
+            let stored = format!("{}{n}", crate::format::meta::LONG_TARGET_PREFIX);
+            let known = name.to_str().is_some()
+                && crate::format::meta::long_target_name(stored.as_bytes()).is_some();
             if !known {
                 self.push(
                     ProblemKind::Foreign,
@@ -827,8 +826,6 @@ impl Checker<'_> {
                 .long_targets_used
                 .contains(name.to_str().unwrap_or_default())
             {
-                let n = name.to_string_lossy().into_owned();
-                let stored = format!("{}{n}", crate::format::meta::LONG_TARGET_PREFIX);
                 if crate::io::long_targets::read_target_at(
                     self.volume.meta(),
                     cipherdir,
@@ -867,16 +864,14 @@ impl Checker<'_> {
                     true,
                 );
                 let volume = self.volume;
+                let target = stored;
                 self.repair(p, || {
                     let root_id = volume.root_dir_id();
                     let stored = volume
                         .names()
                         .encrypt(&root_id, restored.as_bytes())
                         .map_err(std::io::Error::other)?;
-                    std::os::unix::fs::symlink(
-                        format!("{}{n}", crate::format::meta::LONG_TARGET_PREFIX),
-                        cipherdir.join(stored.backing()),
-                    )
+                    std::os::unix::fs::symlink(&target, cipherdir.join(stored.backing()))
                 });
             }
         }
