@@ -5,10 +5,10 @@ use cloakfs_core::crypto::kdf::Argon2Params;
 use cloakfs_core::crypto::secret::Passphrase;
 use cloakfs_core::format::config::VolumeParams;
 use cloakfs_core::tools::fsck::{self, Options, ProblemKind};
-use cloakfs_core::tools::rekey;
 use cloakfs_core::tools::translate;
 use cloakfs_core::tools::walk::{self, Item, NoProgress};
 use cloakfs_core::tools::writer::Writer;
+use cloakfs_core::tools::{mounts, rekey};
 use cloakfs_core::Volume;
 use std::collections::BTreeMap;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -333,7 +333,7 @@ fn rekey_moves_everything_to_a_new_key_and_rollback_restores() {
         "damaged journal"
     );
     std::fs::remove_file(rekey::journal_path(&c)).unwrap();
-    assert_eq!(rekey::mounted_at(&c).unwrap(), None);
+    assert_eq!(mounts::mounted_at(&c).unwrap(), None);
 }
 
 #[test]

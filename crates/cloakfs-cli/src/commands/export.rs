@@ -4,7 +4,7 @@
 use super::fsck::Bar;
 use crate::args::UnlockArgs;
 use crate::failure::{code, Failure, Result};
-use cloakfs_core::tools::{export, rekey};
+use cloakfs_core::tools::{export, mounts, rekey};
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
@@ -27,7 +27,7 @@ pub fn run(args: ExportArgs) -> Result<()> {
             )));
         }
     }
-    if let Ok(Some(m)) = rekey::mounted_at(&args.cipherdir) {
+    if let Ok(Some(m)) = mounts::mounted_at(&args.cipherdir) {
         eprintln!(
             "cloakfs: note: the volume is mounted on {}; files written meanwhile may be skipped",
             m.display()

@@ -5,8 +5,8 @@
 use crate::args::UnlockArgs;
 use crate::failure::{code, Failure, Result};
 use cloakfs_core::tools::fsck::{self, Options, Report};
-use cloakfs_core::tools::rekey;
 use cloakfs_core::tools::walk::Progress;
+use cloakfs_core::tools::{mounts, rekey};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,10 +30,10 @@ pub fn run(args: FsckArgs) -> Result<()> {
     let cipherdir = &args.cipherdir;
     rekey::check_not_rekeying(cipherdir)?;
     let _lock = if args.repair {
-        rekey::check_not_mounted(cipherdir)?;
+        mounts::check_not_mounted(cipherdir)?;
         Some(rekey::lock_volume(cipherdir)?)
     } else {
-        if let Ok(Some(m)) = rekey::mounted_at(cipherdir) {
+        if let Ok(Some(m)) = mounts::mounted_at(cipherdir) {
             eprintln!(
                 "cloakfs: note: the volume is mounted on {}; writes in progress may show as problems",
                 m.display()

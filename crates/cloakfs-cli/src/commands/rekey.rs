@@ -6,6 +6,7 @@ use super::fsck::Bar;
 use crate::args::UnlockArgs;
 use crate::failure::{code, Failure, Result};
 use cloakfs_core::known_volumes::{KnownVolumes, Place};
+use cloakfs_core::tools::mounts;
 use cloakfs_core::tools::rekey::{self, Options, Outcome};
 use std::path::PathBuf;
 
@@ -34,7 +35,7 @@ pub fn run(args: RekeyArgs) -> Result<()> {
             format!("cipher directory {}: {e}", args.cipherdir.display()),
         )
     })?;
-    rekey::check_not_mounted(&cipherdir)?;
+    mounts::check_not_mounted(&cipherdir)?;
     let journal = rekey::journal_path(&cipherdir).exists();
     if !args.resume && !args.rollback {
         rekey::check_not_rekeying(&cipherdir)?;

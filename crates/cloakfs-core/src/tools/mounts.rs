@@ -1,6 +1,7 @@
 //! The mount table as cloakfs's tools read it (`/proc/self/mountinfo`): which mount holds a
 //! directory, what is mounted at a path, where a cipher directory is mounted.
 
+use crate::error::{Error, Result};
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
@@ -72,6 +73,28 @@ fn unescape(s: &str) -> OsString {
         }
     }
     OsString::from_vec(out)
+}
+
+/// The mount point of a cloakfs mount of `cipherdir` (its FUSE source, or fsname, is the
+/// cipher directory), per /proc/self/mountinfo. A mount given another `fsname=` is not found.
+pub fn mounted_at(cipherdir: &Path) -> std::io::Result<Option<PathBuf>> {
+    let want = std::fs::canonicalize(cipherdir)?;
+    Ok(current()?
+        .into_iter()
+        .find(|m| m.fstype == CLOAKFS_TYPE && m.source == want)
+        .map(|m| m.point))
+}
+
+/// Refuses a volume that is mounted.
+pub fn check_not_mounted(cipherdir: &Path) -> Result<()> {
+    if let Some(m) = mounted_at(cipherdir)? {
+        return Err(Error::Busy(format!(
+            "{} is mounted on {}: unmount it first",
+            cipherdir.display(),
+            m.display()
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

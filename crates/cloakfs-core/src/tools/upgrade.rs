@@ -42,7 +42,7 @@ pub fn upgrade(volume: &Volume, cipherdir: &Path) -> Result<Upgraded> {
         return Ok(Upgraded::default());
     }
     crate::tools::rekey::check_not_rekeying(cipherdir)?;
-    crate::tools::rekey::check_not_mounted(cipherdir)?;
+    crate::tools::mounts::check_not_mounted(cipherdir)?;
     let _lock = crate::tools::rekey::lock_volume(cipherdir)?;
     let mut done = Upgraded::default();
     if sharing {
