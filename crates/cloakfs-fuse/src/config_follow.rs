@@ -165,11 +165,13 @@ impl ConfigWatch {
                 .is_ok()
     }
 
-    /// Makes `config`, just written by this mount, the one it runs with.
+    /// Makes `config`, just written by this mount, the one it runs with; the next change
+    /// looks at the file again at once.
     pub(crate) fn wrote(&self, config: VolumeConfig) {
         let mut seen = self.lock();
         seen.config = config;
         seen.version = None;
+        self.next_check.store(0, Ordering::Relaxed);
     }
 
     /// How many times the config was looked at.
