@@ -675,6 +675,9 @@ fn after_encrypt_r_no_plaintext_entry_is_accepted_unless_the_user_says_so() {
     assert!(out.status.success(), "{}", stderr(&out));
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(said.contains("no plaintext entry is left"), "{said}");
+    // The mount wrote the converted config itself, and takes it as its own: it writes on.
+    std::fs::write(f.mnt.join("after.txt"), "after the conversion\n").unwrap();
+    std::fs::remove_file(f.mnt.join("after.txt")).unwrap();
     // Files, directories, the symlink and the fifo are encrypted entries now, unchanged.
     let read = |p: &str| std::fs::read_to_string(f.mnt.join(p)).unwrap();
     assert_eq!(read("notes.txt"), "plain notes\n");

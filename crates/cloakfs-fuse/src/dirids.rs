@@ -11,6 +11,7 @@
 //! number comes with a new ctime. The ID a miss stores is keyed by a stat of the descriptor
 //! it was read from, never by an earlier stat of the name.
 
+use crate::sys::FileVersion;
 use cloakfs_core::format::names::DirId;
 use rustix::fs::Stat;
 use std::collections::HashMap;
@@ -23,32 +24,9 @@ const MAX_IDS: usize = 32 * 1024;
 /// Directory IDs by the identity of the `cloakfs.dirid` file they came from.
 #[derive(Debug, Default)]
 pub(crate) struct DirIdCache {
-    ids: Mutex<HashMap<IdFile, DirId>>,
+    ids: Mutex<HashMap<FileVersion, DirId>>,
     /// Files read because they were not here.
     reads: AtomicU64,
-}
-
-/// The identity of one version of a `cloakfs.dirid` file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct IdFile {
-    dev: u64,
-    ino: u64,
-    size: i64,
-    mtime: (i128, i128),
-    ctime: (i128, i128),
-}
-
-impl IdFile {
-    fn of(st: &Stat) -> Self {
-        Self {
-            dev: st.st_dev,
-            ino: st.st_ino,
-            size: st.st_size,
-            // `.into()`: the field types differ between architectures.
-            mtime: (st.st_mtime.into(), st.st_mtime_nsec.into()),
-            ctime: (st.st_ctime.into(), st.st_ctime_nsec.into()),
-        }
-    }
 }
 
 impl DirIdCache {
@@ -70,15 +48,15 @@ impl DirIdCache {
 
     /// The ID of the file whose stat is `st`, if it is here.
     pub(crate) fn get(&self, st: &Stat) -> Option<DirId> {
-        self.lock().get(&IdFile::of(st)).copied()
+        self.lock().get(&FileVersion::of(st)).copied()
     }
 
     /// Remembers `id` as the content of the file whose stat is `st`.
     pub(crate) fn insert(&self, st: &Stat, id: DirId) {
-        self.insert_key(IdFile::of(st), id);
+        self.insert_key(FileVersion::of(st), id);
     }
 
-    fn insert_key(&self, key: IdFile, id: DirId) {
+    fn insert_key(&self, key: FileVersion, id: DirId) {
         let mut ids = self.lock();
         if ids.len() >= MAX_IDS && !ids.contains_key(&key) {
             // Any one will do: a miss costs one small read.
@@ -94,7 +72,7 @@ impl DirIdCache {
         self.reads.load(Ordering::Relaxed)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<IdFile, DirId>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<FileVersion, DirId>> {
         self.ids.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -152,8 +130,8 @@ impl NodeDirId {
 mod tests {
     use super::*;
 
-    fn key(ino: u64) -> IdFile {
-        IdFile {
+    fn key(ino: u64) -> FileVersion {
+        FileVersion {
             dev: 1,
             ino,
             size: 16,

@@ -81,6 +81,8 @@ pub(crate) struct CloakFs {
     pub(crate) defaults: cloakfs_core::tools::share::AllowedDefaults,
     /// Directories whose default recipients were reported as not applied (by node).
     pub(crate) defaults_noted: Mutex<HashSet<u64>>,
+    /// The config on disk, which writes stop for when it changes under the mount.
+    pub(crate) config_watch: crate::config_follow::ConfigWatch,
 }
 
 impl CloakFs {
@@ -142,6 +144,7 @@ impl CloakFs {
         let inodes = InodeTable::new(NodeFd::path(fd), &meta, volume.root_dir_id(), base);
         let layout = volume.content().layout();
         let params = volume.config().params.clone();
+        let volume_config = volume.config().clone();
         let max_size = (i64::MAX as u64 - cloakfs_core::format::layout::HEADER_LEN)
             / layout.cipher_block_size()
             * layout.block_size();
@@ -172,6 +175,7 @@ impl CloakFs {
             plain: crate::plain::PlainFiles::new(&params, false),
             defaults,
             defaults_noted: Mutex::new(HashSet::new()),
+            config_watch: crate::config_follow::ConfigWatch::new(volume_config),
         })
     }
 
@@ -194,13 +198,13 @@ impl CloakFs {
         self.inodes.get(nodeid.0).ok_or(Errno::ESTALE)
     }
 
-    /// Refuses a change on a read-only mount.
+    /// Refuses a change on a read-only mount, and on one whose config changed under it in a
+    /// way it cannot follow (see `config_follow`).
     pub(crate) fn writable(&self) -> Res<()> {
         if self.read_only {
-            Err(Errno::EROFS)
-        } else {
-            Ok(())
+            return Err(Errno::EROFS);
         }
+        self.follow_config()
     }
 
     /// Refuses a plaintext size the backing file could not represent.
@@ -493,6 +497,7 @@ impl CloakFs {
     pub(crate) fn shutdown(&self) {
         self.syncer.stop();
         tracing::debug!("directory ID files read: {}", self.dir_ids.reads());
+        tracing::debug!("looks at the config: {}", self.config_watch.checks());
         self.dirs.lock().unwrap_or_else(|e| e.into_inner()).clear();
         drop(self.inodes.drain());
     }
@@ -550,8 +555,8 @@ impl CloakFs {
 
     pub(crate) fn do_access(&self, ino: INodeNo, mask: AccessFlags) -> Res<()> {
         let inode = self.node(ino)?;
-        if mask.contains(AccessFlags::W_OK) && self.read_only {
-            return Err(Errno::EROFS);
+        if mask.contains(AccessFlags::W_OK) {
+            self.writable()?;
         }
         if mask == AccessFlags::F_OK || inode.kind == Kind::Symlink {
             return Ok(());

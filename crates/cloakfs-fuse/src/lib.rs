@@ -24,6 +24,7 @@
 
 mod attr;
 mod binding;
+mod config_follow;
 mod conflicts;
 mod creds;
 mod dir;

@@ -820,6 +820,7 @@ impl CloakFs {
             config
                 .save(&root)
                 .map_err(|e| self.fail(&e, dir.fd(), Some("config")))?;
+            self.config_watch.wrote(config);
         }
         self.plain.converted.store(true, Ordering::Relaxed);
         if !self.plain.accept {

@@ -59,8 +59,10 @@ impl CloakFs {
         // A new pass, or an offset from elsewhere (the kernel's listing cache): read the
         // backing directory from there.
         let inode = self.node(ino)?;
-        // Each pass follows an ID file the sync client replaced since the last one.
+        // Each pass follows an ID file the sync client replaced since the last one, and
+        // notices a changed config (refusing writes is all it does: a listing goes on).
         self.reload_dir_id(&inode);
+        let _ = self.follow_config();
         let entries = Arc::new(self.list(&inode, offset)?);
         st.entries = Some(entries.clone());
         st.resume = 0;

@@ -20,6 +20,30 @@ pub(crate) fn io_errno(e: &std::io::Error) -> Errno {
     Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
 }
 
+/// The identity of one version of a file: a file rewritten or replaced (by a repair, a sync
+/// tool) has another, and a reused inode number comes with a new ctime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct FileVersion {
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
+    pub(crate) size: i64,
+    pub(crate) mtime: (i128, i128),
+    pub(crate) ctime: (i128, i128),
+}
+
+impl FileVersion {
+    pub(crate) fn of(st: &rustix::fs::Stat) -> Self {
+        Self {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            size: st.st_size,
+            // `.into()`: the field types differ between architectures.
+            mtime: (st.st_mtime.into(), st.st_mtime_nsec.into()),
+            ctime: (st.st_ctime.into(), st.st_ctime_nsec.into()),
+        }
+    }
+}
+
 /// `/proc/self/fd/N`: the path that reaches exactly the object behind descriptor `fd`, used to
 /// reopen an `O_PATH` descriptor for I/O and for the calls that only take paths.
 pub(crate) fn proc_path(fd: BorrowedFd<'_>) -> String {
