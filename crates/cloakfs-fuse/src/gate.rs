@@ -22,115 +22,47 @@ use std::path::Path;
 use std::time::SystemTime;
 
 /// A FUSE request as a gate sees it: the operation, the nodes it acts on (the parent
-/// directory for the operations on a name), and the arguments that decide what it needs.
+/// directory for the operations on a name), and the arguments that decide what it needs
+/// (`on_handle`: the request names an open handle; the write flags; the open flags). The
+/// operations no gate tells apart by node carry nothing.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Op<'a> {
-    Lookup {
-        parent: INodeNo,
-        name: &'a OsStr,
-    },
-    Forget {
-        ino: INodeNo,
-    },
-    Getattr {
-        ino: INodeNo,
-        fh: Option<FileHandle>,
-    },
-    Setattr {
-        ino: INodeNo,
-        fh: Option<FileHandle>,
-    },
-    Readlink {
-        ino: INodeNo,
-    },
-    Mknod {
-        parent: INodeNo,
-    },
-    Mkdir {
-        parent: INodeNo,
-    },
-    Unlink {
-        parent: INodeNo,
-    },
-    Rmdir {
-        parent: INodeNo,
-    },
-    Symlink {
-        parent: INodeNo,
-    },
-    Rename {
-        parent: INodeNo,
-        newparent: INodeNo,
-    },
-    Link {
-        ino: INodeNo,
-        newparent: INodeNo,
-    },
-    Open {
-        ino: INodeNo,
-        flags: OpenFlags,
-    },
-    Read {
-        ino: INodeNo,
-    },
-    Write {
-        ino: INodeNo,
-        write_flags: WriteFlags,
-    },
-    Flush {
-        ino: INodeNo,
-    },
-    Release {
-        ino: INodeNo,
-    },
-    Fsync {
-        ino: INodeNo,
-    },
-    Opendir {
-        ino: INodeNo,
-    },
-    Readdir {
-        ino: INodeNo,
-    },
-    Readdirplus {
-        ino: INodeNo,
-    },
-    Releasedir {
-        ino: INodeNo,
-    },
-    Fsyncdir {
-        ino: INodeNo,
-    },
-    Statfs {
-        ino: INodeNo,
-    },
-    Setxattr {
-        ino: INodeNo,
-    },
-    Getxattr {
-        ino: INodeNo,
-    },
-    Listxattr {
-        ino: INodeNo,
-    },
-    Removexattr {
-        ino: INodeNo,
-    },
-    Access {
-        ino: INodeNo,
-        mask: AccessFlags,
-    },
-    Create {
-        parent: INodeNo,
-    },
+    Lookup { parent: INodeNo, name: &'a OsStr },
+    Forget { ino: INodeNo },
+    Getattr { ino: INodeNo, on_handle: bool },
+    Setattr { ino: INodeNo, on_handle: bool },
+    Readlink { ino: INodeNo },
+    Mknod { parent: INodeNo },
+    Mkdir { parent: INodeNo },
+    Unlink { parent: INodeNo },
+    Rmdir { parent: INodeNo },
+    Symlink { parent: INodeNo },
+    Rename { parent: INodeNo, newparent: INodeNo },
+    Link { ino: INodeNo, newparent: INodeNo },
+    Open { ino: INodeNo, flags: OpenFlags },
+    Read { ino: INodeNo },
+    Write { ino: INodeNo, flags: WriteFlags },
+    Flush { ino: INodeNo },
+    Release { ino: INodeNo },
+    Fsync { ino: INodeNo },
+    Opendir { ino: INodeNo },
+    Readdir { ino: INodeNo },
+    Readdirplus { ino: INodeNo },
+    Releasedir { ino: INodeNo },
+    Fsyncdir { ino: INodeNo },
+    Statfs { ino: INodeNo },
+    Setxattr { ino: INodeNo },
+    Getxattr { ino: INodeNo },
+    Listxattr { ino: INodeNo },
+    Removexattr { ino: INodeNo },
+    Access { ino: INodeNo, mask: AccessFlags },
+    Create { parent: INodeNo },
     Getlk,
     Setlk,
     Bmap,
     Ioctl,
     Poll,
-    Fallocate {
-        ino: INodeNo,
-    },
+    Fallocate { ino: INodeNo },
     Lseek,
     CopyFileRange,
 }
@@ -196,7 +128,15 @@ impl<G: RequestGate> Filesystem for Gated<G> {
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        let handlers = admit!(self, req, Op::Getattr { ino, fh }, reply);
+        let handlers = admit!(
+            self,
+            req,
+            Op::Getattr {
+                ino,
+                on_handle: fh.is_some(),
+            },
+            reply
+        );
         handlers.getattr(req, ino, fh, reply)
     }
 
@@ -218,7 +158,15 @@ impl<G: RequestGate> Filesystem for Gated<G> {
         flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let handlers = admit!(self, req, Op::Setattr { ino, fh }, reply);
+        let handlers = admit!(
+            self,
+            req,
+            Op::Setattr {
+                ino,
+                on_handle: fh.is_some(),
+            },
+            reply
+        );
         handlers.setattr(
             req, ino, mode, uid, gid, size, atime, mtime, ctime, fh, crtime, chgtime, bkuptime,
             flags, reply,
@@ -337,7 +285,15 @@ impl<G: RequestGate> Filesystem for Gated<G> {
         lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let handlers = admit!(self, req, Op::Write { ino, write_flags }, reply);
+        let handlers = admit!(
+            self,
+            req,
+            Op::Write {
+                ino,
+                flags: write_flags,
+            },
+            reply
+        );
         handlers.write(
             req,
             ino,

@@ -243,8 +243,8 @@ impl RequestGate for TreeGate {
             Op::Lookup { parent, name } if parent.0 == TREE_ROOT => {
                 return self.attach_entry(req, name)
             }
-            Op::Write { ino, write_flags }
-                if ino.0 != TREE_ROOT && write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) =>
+            Op::Write { ino, flags }
+                if ino.0 != TREE_ROOT && flags.contains(WriteFlags::FUSE_WRITE_CACHE) =>
             {
                 return self.writeback(ino)
             }
@@ -258,8 +258,8 @@ impl RequestGate for TreeGate {
                 (newparent, WRITE)
             }
             Op::Lookup { parent: ino, .. } | Op::Statfs { ino } => (ino, LOOK),
-            Op::Getattr { ino, fh } => (ino, need(Access::Look, fh.is_some())),
-            Op::Setattr { ino, fh } => (ino, need(Access::Write, fh.is_some())),
+            Op::Getattr { ino, on_handle } => (ino, need(Access::Look, on_handle)),
+            Op::Setattr { ino, on_handle } => (ino, need(Access::Write, on_handle)),
             Op::Readlink { ino }
             | Op::Opendir { ino }
             | Op::Getxattr { ino }
