@@ -2,8 +2,9 @@
 //! read-only directory and whose entries are *attaches*, each the plaintext view of one
 //! cipher directory (NCryptfs section 3.3, CFS's /crypt).
 //!
-//! This module only routes requests and switches credentials; who may do what is decided
-//! by a [`Gate`] supplied by the daemon, before anything is decrypted.
+//! The tree only routes requests (its request gate, `tree_ops::TreeGate`) and switches
+//! credentials; who may do what is decided by a [`Gate`] supplied by the daemon, before
+//! anything is decrypted.
 //!
 //! API contract (implemented by the FUSE helper; used by `cloakfs-daemon`):
 //! - [`mount_tree`] mounts the tree (allow_other, no default_permissions, no writeback
