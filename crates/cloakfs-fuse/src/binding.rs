@@ -2,31 +2,23 @@
 //! mounted it, only to the processes of one Unix session of that user, or (`cloakfs run`)
 //! only to the descendants of one process.
 //!
-//! [`Bound`] wraps the file system and checks the caller that the kernel names in each
-//! request's header (uid and pid) before the request reaches the file system, so a refused
-//! request gets EACCES before anything is looked up or decrypted. The kernel already keeps
-//! other users out of a mount without `allow_other`; the binding also holds with
-//! `allow_other` and `allow_root`, for root too, and a session binding keeps out the user's
-//! own processes in other sessions.
+//! [`BindingGate`] is the gate (see `gate`) in front of the file system: it checks the caller
+//! that the kernel names in each request's header (uid and pid) before the request reaches
+//! the file system, so a refused request gets EACCES before anything is looked up or
+//! decrypted. The kernel already keeps other users out of a mount without `allow_other`; the
+//! binding also holds with `allow_other` and `allow_root`, for root too, and a session
+//! binding keeps out the user's own processes in other sessions.
 //!
 //! Requests the kernel sends on its own behalf are not a caller's: forgetting nodes and
 //! releasing handles (never refused: they reveal nothing), and writing back cached pages and
 //! their times (uid 0 with pid 0, or from a kernel thread), whose data a bound caller wrote.
 
-use fuser::{
-    AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, INodeNo,
-    IoctlFlags, KernelConfig, LockOwner, OpenFlags, PollEvents, PollFlags, PollNotifier,
-    RenameFlags, ReplyAttr, ReplyBmap, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
-    ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLock, ReplyLseek, ReplyOpen, ReplyPoll, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
-};
+use crate::gate::{Op, RequestGate};
+use fuser::{Errno, Filesystem, Request};
 use rustix::event::{PollFd, PollFlags as PollEventsOf};
 use rustix::fd::OwnedFd;
 use std::collections::HashSet;
-use std::ffi::OsStr;
-use std::path::Path;
 use std::sync::Mutex;
-use std::time::SystemTime;
 
 /// Whom a mount serves (`cloakfs mount --bind user|session`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,10 +172,10 @@ enum Sender {
     CallerOrWriteback,
 }
 
-/// A file system whose every request is checked against a [`Binding`] first (none: all
-/// pass, as the kernel's own checks decide).
-pub(crate) struct Bound<F> {
-    inner: F,
+/// The gate of a mount with a [`Binding`] (none: every request passes, as the kernel's own
+/// checks decide), in front of the file system `handlers`.
+pub(crate) struct BindingGate<F> {
+    handlers: F,
     binding: Option<Binding>,
     /// A session binding's leader (pid = session ID), as a pidfd: a session ID is only a
     /// number, which a process of the same user can take once the session is gone (fork until
@@ -194,16 +186,16 @@ pub(crate) struct Bound<F> {
     logged: Mutex<HashSet<(u32, Option<u32>)>>,
 }
 
-impl<F> Bound<F> {
+impl<F> BindingGate<F> {
     /// Fails for a session binding whose session has no living leader now: such a session
     /// can be taken over by a process that gets its number.
-    pub(crate) fn new(inner: F, binding: Option<Binding>) -> std::io::Result<Self> {
+    pub(crate) fn new(handlers: F, binding: Option<Binding>) -> std::io::Result<Self> {
         let leader = match binding {
             Some(Binding::Session { sid, .. }) => Some(session_leader(sid)?),
             _ => None,
         };
         Ok(Self {
-            inner,
+            handlers,
             binding,
             leader,
             logged: Mutex::new(HashSet::new()),
@@ -227,8 +219,8 @@ impl<F> Bound<F> {
         }
     }
 
-    /// Ok if `req` may reach the file system.
-    fn admit(&self, req: &Request, sender: Sender) -> Result<(), Errno> {
+    /// Ok if a request of `sender`'s kind from `req`'s caller may reach the file system.
+    fn check(&self, req: &Request, sender: Sender) -> Result<(), Errno> {
         let Some(b) = &self.binding else {
             return Ok(());
         };
@@ -260,455 +252,28 @@ impl<F> Bound<F> {
     }
 }
 
-/// Replies EACCES and returns if the binding refuses the request.
-macro_rules! admit {
-    ($self:ident, $req:ident, $reply:ident) => {
-        admit!($self, $req, $reply, Sender::Caller)
-    };
-    ($self:ident, $req:ident, $reply:ident, $sender:expr) => {
-        if let Err(e) = $self.admit($req, $sender) {
-            return $reply.error(e);
-        }
-    };
-}
+impl<F: Filesystem> RequestGate for BindingGate<F> {
+    type Handlers = F;
+    type Pass<'a> = &'a F;
 
-impl<F: Filesystem> Filesystem for Bound<F> {
-    fn init(&mut self, req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        self.inner.init(req, config)
+    fn whole_mount(&mut self) -> &mut F {
+        &mut self.handlers
     }
 
-    fn destroy(&mut self) {
-        self.inner.destroy()
-    }
-
-    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        admit!(self, req, reply);
-        self.inner.lookup(req, parent, name, reply)
-    }
-
-    fn forget(&self, req: &Request, ino: INodeNo, nlookup: u64) {
-        self.inner.forget(req, ino, nlookup)
-    }
-
-    fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        admit!(self, req, reply);
-        self.inner.getattr(req, ino, fh, reply)
-    }
-
-    fn setattr(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        mode: Option<u32>,
-        uid: Option<u32>,
-        gid: Option<u32>,
-        size: Option<u64>,
-        atime: Option<TimeOrNow>,
-        mtime: Option<TimeOrNow>,
-        ctime: Option<SystemTime>,
-        fh: Option<FileHandle>,
-        crtime: Option<SystemTime>,
-        chgtime: Option<SystemTime>,
-        bkuptime: Option<SystemTime>,
-        flags: Option<BsdFileFlags>,
-        reply: ReplyAttr,
-    ) {
-        admit!(self, req, reply, Sender::CallerOrWriteback);
-        self.inner.setattr(
-            req, ino, mode, uid, gid, size, atime, mtime, ctime, fh, crtime, chgtime, bkuptime,
-            flags, reply,
-        )
-    }
-
-    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
-        admit!(self, req, reply);
-        self.inner.readlink(req, ino, reply)
-    }
-
-    fn mknod(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        rdev: u32,
-        reply: ReplyEntry,
-    ) {
-        admit!(self, req, reply);
-        self.inner
-            .mknod(req, parent, name, mode, umask, rdev, reply)
-    }
-
-    fn mkdir(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        reply: ReplyEntry,
-    ) {
-        admit!(self, req, reply);
-        self.inner.mkdir(req, parent, name, mode, umask, reply)
-    }
-
-    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        admit!(self, req, reply);
-        self.inner.unlink(req, parent, name, reply)
-    }
-
-    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        admit!(self, req, reply);
-        self.inner.rmdir(req, parent, name, reply)
-    }
-
-    fn symlink(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        link_name: &OsStr,
-        target: &Path,
-        reply: ReplyEntry,
-    ) {
-        admit!(self, req, reply);
-        self.inner.symlink(req, parent, link_name, target, reply)
-    }
-
-    fn rename(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        newparent: INodeNo,
-        newname: &OsStr,
-        flags: RenameFlags,
-        reply: ReplyEmpty,
-    ) {
-        admit!(self, req, reply);
-        self.inner
-            .rename(req, parent, name, newparent, newname, flags, reply)
-    }
-
-    fn link(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        newparent: INodeNo,
-        newname: &OsStr,
-        reply: ReplyEntry,
-    ) {
-        admit!(self, req, reply);
-        self.inner.link(req, ino, newparent, newname, reply)
-    }
-
-    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        admit!(self, req, reply);
-        self.inner.open(req, ino, flags, reply)
-    }
-
-    fn read(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        size: u32,
-        flags: OpenFlags,
-        lock_owner: Option<LockOwner>,
-        reply: ReplyData,
-    ) {
-        admit!(self, req, reply);
-        self.inner
-            .read(req, ino, fh, offset, size, flags, lock_owner, reply)
-    }
-
-    fn write(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        data: &[u8],
-        write_flags: WriteFlags,
-        flags: OpenFlags,
-        lock_owner: Option<LockOwner>,
-        reply: ReplyWrite,
-    ) {
-        admit!(self, req, reply, Sender::CallerOrWriteback);
-        self.inner.write(
-            req,
-            ino,
-            fh,
-            offset,
-            data,
-            write_flags,
-            flags,
-            lock_owner,
-            reply,
-        )
-    }
-
-    fn flush(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        lock_owner: LockOwner,
-        reply: ReplyEmpty,
-    ) {
-        admit!(self, req, reply);
-        self.inner.flush(req, ino, fh, lock_owner, reply)
-    }
-
-    fn release(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        flags: OpenFlags,
-        lock_owner: Option<LockOwner>,
-        flush: bool,
-        reply: ReplyEmpty,
-    ) {
-        self.inner
-            .release(req, ino, fh, flags, lock_owner, flush, reply)
-    }
-
-    fn fsync(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        admit!(self, req, reply, Sender::CallerOrWriteback);
-        self.inner.fsync(req, ino, fh, datasync, reply)
-    }
-
-    fn opendir(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        admit!(self, req, reply);
-        self.inner.opendir(req, ino, flags, reply)
-    }
-
-    fn readdir(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        reply: ReplyDirectory,
-    ) {
-        admit!(self, req, reply);
-        self.inner.readdir(req, ino, fh, offset, reply)
-    }
-
-    fn readdirplus(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        reply: ReplyDirectoryPlus,
-    ) {
-        admit!(self, req, reply);
-        self.inner.readdirplus(req, ino, fh, offset, reply)
-    }
-
-    fn releasedir(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        flags: OpenFlags,
-        reply: ReplyEmpty,
-    ) {
-        self.inner.releasedir(req, ino, fh, flags, reply)
-    }
-
-    fn fsyncdir(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        admit!(self, req, reply);
-        self.inner.fsyncdir(req, ino, fh, datasync, reply)
-    }
-
-    fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
-        admit!(self, req, reply);
-        self.inner.statfs(req, ino, reply)
-    }
-
-    fn setxattr(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        name: &OsStr,
-        value: &[u8],
-        flags: i32,
-        position: u32,
-        reply: ReplyEmpty,
-    ) {
-        admit!(self, req, reply);
-        self.inner
-            .setxattr(req, ino, name, value, flags, position, reply)
-    }
-
-    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        admit!(self, req, reply);
-        self.inner.getxattr(req, ino, name, size, reply)
-    }
-
-    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        admit!(self, req, reply);
-        self.inner.listxattr(req, ino, size, reply)
-    }
-
-    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        admit!(self, req, reply);
-        self.inner.removexattr(req, ino, name, reply)
-    }
-
-    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        admit!(self, req, reply);
-        self.inner.access(req, ino, mask, reply)
-    }
-
-    fn create(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        flags: i32,
-        reply: ReplyCreate,
-    ) {
-        admit!(self, req, reply);
-        self.inner
-            .create(req, parent, name, mode, umask, flags, reply)
-    }
-
-    fn getlk(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        lock_owner: LockOwner,
-        start: u64,
-        end: u64,
-        typ: i32,
-        pid: u32,
-        reply: ReplyLock,
-    ) {
-        admit!(self, req, reply);
-        self.inner
-            .getlk(req, ino, fh, lock_owner, start, end, typ, pid, reply)
-    }
-
-    fn setlk(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        lock_owner: LockOwner,
-        start: u64,
-        end: u64,
-        typ: i32,
-        pid: u32,
-        sleep: bool,
-        reply: ReplyEmpty,
-    ) {
-        admit!(self, req, reply);
-        self.inner
-            .setlk(req, ino, fh, lock_owner, start, end, typ, pid, sleep, reply)
-    }
-
-    fn bmap(&self, req: &Request, ino: INodeNo, blocksize: u32, idx: u64, reply: ReplyBmap) {
-        admit!(self, req, reply);
-        self.inner.bmap(req, ino, blocksize, idx, reply)
-    }
-
-    fn ioctl(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        flags: IoctlFlags,
-        cmd: u32,
-        in_data: &[u8],
-        out_size: u32,
-        reply: ReplyIoctl,
-    ) {
-        admit!(self, req, reply);
-        self.inner
-            .ioctl(req, ino, fh, flags, cmd, in_data, out_size, reply)
-    }
-
-    fn poll(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        ph: PollNotifier,
-        events: PollEvents,
-        flags: PollFlags,
-        reply: ReplyPoll,
-    ) {
-        admit!(self, req, reply);
-        self.inner.poll(req, ino, fh, ph, events, flags, reply)
-    }
-
-    fn fallocate(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        length: u64,
-        mode: i32,
-        reply: ReplyEmpty,
-    ) {
-        admit!(self, req, reply);
-        self.inner
-            .fallocate(req, ino, fh, offset, length, mode, reply)
-    }
-
-    fn lseek(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: i64,
-        whence: i32,
-        reply: ReplyLseek,
-    ) {
-        admit!(self, req, reply);
-        self.inner.lseek(req, ino, fh, offset, whence, reply)
-    }
-
-    fn copy_file_range(
-        &self,
-        req: &Request,
-        ino_in: INodeNo,
-        fh_in: FileHandle,
-        offset_in: u64,
-        ino_out: INodeNo,
-        fh_out: FileHandle,
-        offset_out: u64,
-        len: u64,
-        flags: CopyFileRangeFlags,
-        reply: ReplyWrite,
-    ) {
-        admit!(self, req, reply);
-        self.inner.copy_file_range(
-            req, ino_in, fh_in, offset_in, ino_out, fh_out, offset_out, len, flags, reply,
-        )
+    /// Every request is checked, but forgetting nodes and releasing handles: the kernel
+    /// sends those on its own behalf (at a close, an unmount, under memory pressure) and they
+    /// reveal nothing. Setting attributes, writing and syncing may also come from the
+    /// kernel writing back what a bound caller cached.
+    fn admit<'a>(&'a self, req: &Request, op: Op<'_>) -> Result<&'a F, Errno> {
+        let sender = match op {
+            Op::Forget { .. } | Op::Release { .. } | Op::Releasedir { .. } => {
+                return Ok(&self.handlers)
+            }
+            Op::Setattr { .. } | Op::Write { .. } | Op::Fsync { .. } => Sender::CallerOrWriteback,
+            _ => Sender::Caller,
+        };
+        self.check(req, sender)?;
+        Ok(&self.handlers)
     }
 }
 

@@ -7,7 +7,9 @@
 //!   unmounted (`fusermount3 -u`, `umount`), then closes every backing file before it
 //!   returns.
 //!
-//! Inside: `ops` is the `fuser::Filesystem` implementation, a dispatcher. Every node the
+//! Inside: `ops` holds the FUSE request handlers, a dispatcher; `gate` puts the one check in
+//! front of them that a mount has (the key binding, `binding`; the multi-user tree's access
+//! policy, `tree_ops`), so no request reaches them without the gate's yes. Every node the
 //! kernel knows holds an `O_PATH` descriptor of its backing object and is reached through
 //! `*at()` calls relative to it (`inode`); entries are named through the parent's directory
 //! ID, with crash-safe directory creation (`dir`, `entry`) and snapshot listings (`readdir`);
@@ -34,6 +36,7 @@ mod durable;
 mod entry;
 mod file;
 mod fs;
+mod gate;
 mod inode;
 mod ops;
 mod plain;
@@ -257,7 +260,7 @@ fn kernel_option(o: &str) -> KernelOption {
 /// Dropping it without calling [`Mounted::run`] unmounts. A parent process that forked off
 /// the daemon must leave with `_exit` (no destructors), or the mount goes with it.
 pub struct Mounted {
-    session: fuser::Session<binding::Bound<fs::CloakFs>>,
+    session: fuser::Session<gate::Gated<binding::BindingGate<fs::CloakFs>>>,
     transport: Transport,
     /// Where it is mounted.
     pub mountpoint: PathBuf,
@@ -299,7 +302,7 @@ pub fn mount(
     fs.writeback_cache = opts.writeback_cache;
     fs.io_uring = opts.io_uring;
     fs.admits_others = opts.admits_others();
-    let fs = binding::Bound::new(fs, opts.binding)?;
+    let fs = gate::Gated::new(binding::BindingGate::new(fs, opts.binding)?);
     let session = new_session(fs, mountpoint, &opts.session_config())?;
     let _ = notifier.set(session.notifier());
     Ok(Mounted {

@@ -2,8 +2,9 @@
 //! read-only directory and whose entries are *attaches*, each the plaintext view of one
 //! cipher directory (NCryptfs section 3.3, CFS's /crypt).
 //!
-//! This module only routes requests and switches credentials; who may do what is decided
-//! by a [`Gate`] supplied by the daemon, before anything is decrypted.
+//! The tree only routes requests (its request gate, `tree_ops::TreeGate`) and switches
+//! credentials; who may do what is decided by a [`Gate`] supplied by the daemon, before
+//! anything is decrypted.
 //!
 //! API contract (implemented by the FUSE helper; used by `cloakfs-daemon`):
 //! - [`mount_tree`] mounts the tree (allow_other, no default_permissions, no writeback
@@ -359,7 +360,7 @@ fn name_taken(name: &str) -> io::Error {
 /// A mounted but not yet served tree. Dropping it without calling [`MountedTree::run`]
 /// unmounts.
 pub struct MountedTree {
-    session: fuser::Session<crate::tree_ops::TreeFs>,
+    session: fuser::Session<crate::gate::Gated<crate::tree_ops::TreeGate>>,
     /// Where it is mounted.
     pub mountpoint: PathBuf,
 }
@@ -398,7 +399,7 @@ pub fn mount_tree(
     crate::sys::raise_nofile_limit();
     crate::creds::init();
     let shared = Arc::new(Shared::new(gate, opts.cache_timeout));
-    let fs = crate::tree_ops::TreeFs::new(shared.clone());
+    let fs = crate::gate::Gated::new(crate::tree_ops::TreeGate::new(shared.clone()));
     // Resolved now: once mounted, looking at the mount point waits for the server.
     let canonical = std::fs::canonicalize(mountpoint).unwrap_or_else(|_| mountpoint.into());
     let session = crate::new_session(fs, mountpoint, &opts.tree_session_config())?;

@@ -1,20 +1,20 @@
-//! The FUSE request handlers of the multi-user tree: the virtual root directory, and the
-//! routing of every other request to the attach owning its node, after the gate admitted it
-//! and with the credentials it runs as. No permission logic lives here.
+//! The multi-user tree's gate (see `gate`) and the handlers of its virtual root directory:
+//! every request on a node inside an attach is routed to that attach's file system, after the
+//! daemon's gate admitted it and with the credentials it runs as; what the daemon's gate
+//! answers lives in the daemon, not here.
 
 use crate::creds::{CredGuard, Creds};
 use crate::file::{open_access, FMODE_EXEC};
+use crate::gate::{Op, RequestGate};
 use crate::tree::{attach_of_node, Access, Attach, Caller, Need, Shared, Verdict, TREE_ROOT};
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    INodeNo, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request, WriteFlags,
 };
 use std::ffi::OsStr;
-use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 const fn need(access: Access, on_open_handle: bool) -> Need {
     Need {
@@ -60,39 +60,33 @@ fn access_needs(mask: AccessFlags, dir: bool) -> Vec<Need> {
     v
 }
 
-/// Gets a routed request's attach and credentials, or replies with the error and returns.
-macro_rules! route {
-    ($self:ident, $req:expr, $ino:expr, $needs:expr, $reply:ident) => {
-        match $self.route($req, $ino, $needs) {
-            Ok(routed) => routed,
-            Err(e) => return $reply.error(e),
-        }
-    };
-}
-
-/// Replies with `$err` and returns if `$ino` is the tree root.
-macro_rules! not_root {
-    ($ino:expr, $err:expr, $reply:ident) => {
-        if $ino.0 == TREE_ROOT {
-            return $reply.error($err);
-        }
-    };
-}
-
-/// The `fuser::Filesystem` of the tree.
-pub(crate) struct TreeFs {
+/// The gate of the multi-user tree: routes every request by its node number, to the attach
+/// that owns the node (after the daemon's [`crate::tree::Gate`] admitted it, with the
+/// credentials it runs as) or to the tree root's own handlers.
+///
+/// Unchecked: forgetting nodes and releasing or flushing handles (the kernel finishing with
+/// what was admitted; they reveal nothing), and the kernel's writeback of a shared mapping's
+/// pages (admitted for writing at open); the tree root itself, root's read-only directory,
+/// which every user may list.
+pub(crate) struct TreeGate {
     shared: Arc<Shared>,
+    root: TreeRoot,
 }
 
-impl TreeFs {
+impl TreeGate {
     pub(crate) fn new(shared: Arc<Shared>) -> Self {
-        Self { shared }
+        Self {
+            root: TreeRoot {
+                shared: shared.clone(),
+            },
+            shared,
+        }
     }
 
-    /// Asks the gate about every need of `req` on attach `a`; on admission switches this
-    /// thread to the credentials the request runs as (the owner's only if every answer
+    /// Asks the daemon's gate about every need of `req` on attach `a`; on admission switches
+    /// this thread to the credentials the request runs as (the owner's only if every answer
     /// says bypass).
-    fn admit(&self, a: &Attach, req: &Request, needs: &[Need]) -> Result<CredGuard, Errno> {
+    fn check(&self, a: &Attach, req: &Request, needs: &[Need]) -> Result<CredGuard, Errno> {
         let caller = Caller {
             uid: req.uid(),
             gid: req.gid(),
@@ -116,19 +110,231 @@ impl TreeFs {
         })
     }
 
-    /// The attach of node `ino`, admitted for `needs` and running as the right user. EIO
-    /// for a node of a detached attach.
-    fn route(
+    /// The tree root's handlers, running as the daemon.
+    fn root(&self) -> TreePass<'_> {
+        TreePass {
+            _creds: None,
+            handlers: TreeHandlers::Root(&self.root),
+        }
+    }
+
+    /// Attach `a`'s handlers, running as `creds` (None: as the daemon).
+    fn attach(&self, a: Arc<Attach>, creds: Option<CredGuard>) -> TreePass<'_> {
+        TreePass {
+            _creds: creds,
+            handlers: TreeHandlers::Attach(a),
+        }
+    }
+
+    /// The handlers of node `ino` for what the kernel sends to finish with it (no attach: the
+    /// root's node or handle, or one of a detached attach, with nothing left to do).
+    fn unchecked(&self, ino: INodeNo) -> TreePass<'_> {
+        match self.shared.attach(ino) {
+            Some(a) => self.attach(a, None),
+            None => self.root(),
+        }
+    }
+
+    /// A lookup in the tree root: attach `name`'s entry, if the caller may look at it.
+    fn attach_entry(&self, req: &Request, name: &OsStr) -> Result<TreePass<'_>, Errno> {
+        let a = self.shared.by_name(name).ok_or(Errno::ENOENT)?;
+        let creds = match self.check(&a, req, &[LOOK]) {
+            Ok(c) => c,
+            // A hidden attach does not show itself to those who may not use it.
+            Err(e) if e == Errno::EACCES && a.hidden => return Err(Errno::ENOENT),
+            Err(e) => return Err(e),
+        };
+        Ok(TreePass {
+            _creds: Some(creds),
+            handlers: TreeHandlers::AttachEntry(AttachEntry(a)),
+        })
+    }
+
+    /// A write from the page cache (a shared mapping): the kernel's writeback, which carries
+    /// no caller (uid 0, pid 0), of data the writer was told was written long ago. It comes on
+    /// a handle the gate admitted for writing at open; refusing it now would lose acknowledged
+    /// data. Run as the owner (quota, reserved blocks).
+    fn writeback(&self, ino: INodeNo) -> Result<TreePass<'_>, Errno> {
+        let a = self.shared.attach(ino).ok_or(Errno::EIO)?;
+        let creds = CredGuard::switch(&a.owner).map_err(|e| {
+            tracing::error!("attach {}: cannot switch credentials: {e}", a.name);
+            Errno::EIO
+        })?;
+        Ok(self.attach(a, Some(creds)))
+    }
+
+    /// access(2): the needs depend on the node's kind.
+    fn access(
         &self,
         req: &Request,
         ino: INodeNo,
-        needs: &[Need],
-    ) -> Result<(Arc<Attach>, CredGuard), Errno> {
+        mask: AccessFlags,
+    ) -> Result<TreePass<'_>, Errno> {
+        if ino.0 == TREE_ROOT {
+            return Ok(self.root());
+        }
         let a = self.shared.attach(ino).ok_or(Errno::EIO)?;
-        let creds = self.admit(&a, req, needs)?;
-        Ok((a, creds))
+        let dir =
+            a.fs.node(ino)
+                .is_ok_and(|n| n.kind == crate::inode::Kind::Dir);
+        let creds = self.check(&a, req, &access_needs(mask, dir))?;
+        Ok(self.attach(a, Some(creds)))
+    }
+}
+
+/// Refuses a request on two nodes unless both are in one attach: EACCES at the tree root,
+/// EXDEV across attaches.
+fn within_one_attach(a: INodeNo, b: INodeNo) -> Result<(), Errno> {
+    if a.0 == TREE_ROOT || b.0 == TREE_ROOT {
+        return Err(Errno::EACCES);
+    }
+    if attach_of_node(a.0) != attach_of_node(b.0) {
+        return Err(Errno::EXDEV);
+    }
+    Ok(())
+}
+
+/// What the tree root, root's read-only directory, answers to a request that would change it
+/// or use it as a file (None: its handlers serve the request).
+fn root_refusal(op: Op<'_>) -> Option<Errno> {
+    match op {
+        Op::Setattr { .. }
+        | Op::Mknod { .. }
+        | Op::Mkdir { .. }
+        | Op::Unlink { .. }
+        | Op::Rmdir { .. }
+        | Op::Symlink { .. }
+        | Op::Create { .. }
+        | Op::Setxattr { .. }
+        | Op::Removexattr { .. } => Some(Errno::EACCES),
+        Op::Readlink { .. } => Some(Errno::EINVAL),
+        Op::Open { .. }
+        | Op::Read { .. }
+        | Op::Write { .. }
+        | Op::Fsync { .. }
+        | Op::Fallocate { .. } => Some(Errno::EISDIR),
+        Op::Getxattr { .. } => Some(Errno::from_i32(libc::ENODATA)),
+        _ => None,
+    }
+}
+
+impl RequestGate for TreeGate {
+    type Handlers = dyn Filesystem;
+    type Pass<'a> = TreePass<'a>;
+
+    fn whole_mount(&mut self) -> &mut dyn Filesystem {
+        &mut self.root
     }
 
+    fn admit<'a>(&'a self, req: &Request, op: Op<'_>) -> Result<TreePass<'a>, Errno> {
+        let (ino, need) = match op {
+            // Nothing to decrypt or change: answered like the single mount answers ioctls
+            // other than its own.
+            Op::Ioctl => return Err(Errno::ENOTTY),
+            // Not served in the tree, as before the gate: locks stay in the kernel (the
+            // handshake asks for no lock requests), and the kernel falls back for the others.
+            Op::Getlk | Op::Setlk | Op::Bmap | Op::Poll | Op::Lseek | Op::CopyFileRange => {
+                return Err(Errno::ENOSYS)
+            }
+            Op::Forget { ino }
+            | Op::Flush { ino }
+            | Op::Release { ino }
+            | Op::Releasedir { ino } => return Ok(self.unchecked(ino)),
+            Op::Lookup { parent, name } if parent.0 == TREE_ROOT => {
+                return self.attach_entry(req, name)
+            }
+            Op::Write { ino, flags }
+                if ino.0 != TREE_ROOT && flags.contains(WriteFlags::FUSE_WRITE_CACHE) =>
+            {
+                return self.writeback(ino)
+            }
+            Op::Access { ino, mask } => return self.access(req, ino, mask),
+            Op::Rename { parent, newparent } => {
+                within_one_attach(parent, newparent)?;
+                (parent, WRITE)
+            }
+            Op::Link { ino, newparent } => {
+                within_one_attach(ino, newparent)?;
+                (newparent, WRITE)
+            }
+            Op::Lookup { parent: ino, .. } | Op::Statfs { ino } => (ino, LOOK),
+            Op::Getattr { ino, on_handle } => (ino, need(Access::Look, on_handle)),
+            Op::Setattr { ino, on_handle } => (ino, need(Access::Write, on_handle)),
+            Op::Readlink { ino }
+            | Op::Opendir { ino }
+            | Op::Getxattr { ino }
+            | Op::Listxattr { ino } => (ino, READ),
+            Op::Mknod { parent: ino }
+            | Op::Mkdir { parent: ino }
+            | Op::Unlink { parent: ino }
+            | Op::Rmdir { parent: ino }
+            | Op::Symlink { parent: ino }
+            | Op::Create { parent: ino }
+            | Op::Setxattr { ino }
+            | Op::Removexattr { ino } => (ino, WRITE),
+            Op::Open { ino, flags } => (ino, open_need(flags.0)),
+            Op::Read { ino } | Op::Readdir { ino } | Op::Readdirplus { ino } => {
+                (ino, need(Access::Read, true))
+            }
+            Op::Write { ino, .. } | Op::Fallocate { ino } => (ino, need(Access::Write, true)),
+            Op::Fsync { ino } | Op::Fsyncdir { ino } => (ino, need(Access::Look, true)),
+        };
+        if ino.0 == TREE_ROOT {
+            return root_refusal(op).map_or_else(|| Ok(self.root()), Err);
+        }
+        let a = self.shared.attach(ino).ok_or(Errno::EIO)?;
+        let creds = self.check(&a, req, &[need])?;
+        Ok(self.attach(a, Some(creds)))
+    }
+}
+
+/// An admitted request's handlers, and the credentials it runs as until it is done.
+pub(crate) struct TreePass<'a> {
+    /// Switched back on drop (None: the daemon's own).
+    _creds: Option<CredGuard>,
+    handlers: TreeHandlers<'a>,
+}
+
+enum TreeHandlers<'a> {
+    Root(&'a TreeRoot),
+    Attach(Arc<Attach>),
+    AttachEntry(AttachEntry),
+}
+
+impl std::ops::Deref for TreePass<'_> {
+    type Target = dyn Filesystem;
+
+    fn deref(&self) -> &(dyn Filesystem + 'static) {
+        match &self.handlers {
+            TreeHandlers::Root(root) => *root,
+            TreeHandlers::Attach(a) => &a.fs,
+            TreeHandlers::AttachEntry(entry) => entry,
+        }
+    }
+}
+
+/// The tree root's entry of one attach: what a lookup of its name in the root answers.
+struct AttachEntry(Arc<Attach>);
+
+impl Filesystem for AttachEntry {
+    fn lookup(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEntry) {
+        let a = &self.0;
+        let root = INodeNo(a.fs.inodes.root());
+        match a.fs.node(root).and_then(|i| a.fs.stat(&i)) {
+            // Not cached: every path walk through the attach asks the gate again.
+            Ok(attr) => reply.entry(&Duration::ZERO, &attr, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+}
+
+/// The handlers of the tree as a whole (handshake, end) and of the nodes no attach serves:
+/// the tree root, and what the kernel still sends on nodes and handles of detached attaches.
+struct TreeRoot {
+    shared: Arc<Shared>,
+}
+
+impl TreeRoot {
     /// Attributes of the tree root: root's read-only directory.
     fn root_attr(&self) -> FileAttr {
         let t = *self
@@ -155,24 +361,6 @@ impl TreeFs {
         }
     }
 
-    fn root_lookup(&self, req: &Request, name: &OsStr, reply: ReplyEntry) {
-        let Some(a) = self.shared.by_name(name) else {
-            return reply.error(Errno::ENOENT);
-        };
-        let _creds = match self.admit(&a, req, &[LOOK]) {
-            Ok(c) => c,
-            // A hidden attach does not show itself to those who may not use it.
-            Err(e) if e == Errno::EACCES && a.hidden => return reply.error(Errno::ENOENT),
-            Err(e) => return reply.error(e),
-        };
-        let root = INodeNo(a.fs.inodes.root());
-        match a.fs.node(root).and_then(|i| a.fs.stat(&i)) {
-            // Not cached: every path walk through the attach asks the gate again.
-            Ok(attr) => reply.entry(&Duration::ZERO, &attr, Generation(0)),
-            Err(e) => reply.error(e),
-        }
-    }
-
     /// The tree root's listing from `offset`: (node, offset of the next entry, kind, name).
     /// Attaches are listed in attach order with offset `id + 2`, so offsets stay valid while
     /// attaches come and go.
@@ -191,7 +379,7 @@ impl TreeFs {
     }
 }
 
-impl Filesystem for TreeFs {
+impl Filesystem for TreeRoot {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         crate::ops::negotiate(
             config,
@@ -206,464 +394,123 @@ impl Filesystem for TreeFs {
         self.shared.shutdown();
     }
 
-    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        if parent.0 == TREE_ROOT {
-            return self.root_lookup(req, name, reply);
-        }
-        let (a, _creds) = route!(self, req, parent, &[LOOK], reply);
-        a.fs.lookup(req, parent, name, reply);
-    }
-
-    fn forget(&self, req: &Request, ino: INodeNo, nlookup: u64) {
-        if let Some(a) = self.shared.attach(ino) {
-            a.fs.forget(req, ino, nlookup);
-        }
-    }
-
-    fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        if ino.0 == TREE_ROOT {
-            return reply.attr(&Duration::ZERO, &self.root_attr());
-        }
-        let n = need(Access::Look, fh.is_some());
-        let (a, _creds) = route!(self, req, ino, &[n], reply);
-        a.fs.getattr(req, ino, fh, reply);
-    }
-
-    fn setattr(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        mode: Option<u32>,
-        uid: Option<u32>,
-        gid: Option<u32>,
-        size: Option<u64>,
-        atime: Option<TimeOrNow>,
-        mtime: Option<TimeOrNow>,
-        ctime: Option<SystemTime>,
-        fh: Option<FileHandle>,
-        crtime: Option<SystemTime>,
-        chgtime: Option<SystemTime>,
-        bkuptime: Option<SystemTime>,
-        flags: Option<fuser::BsdFileFlags>,
-        reply: ReplyAttr,
-    ) {
-        not_root!(ino, Errno::EACCES, reply);
-        let n = need(Access::Write, fh.is_some());
-        let (a, _creds) = route!(self, req, ino, &[n], reply);
-        a.fs.setattr(
-            req, ino, mode, uid, gid, size, atime, mtime, ctime, fh, crtime, chgtime, bkuptime,
-            flags, reply,
-        );
-    }
-
-    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
-        not_root!(ino, Errno::EINVAL, reply);
-        let (a, _creds) = route!(self, req, ino, &[READ], reply);
-        a.fs.readlink(req, ino, reply);
-    }
-
-    fn mknod(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        rdev: u32,
-        reply: ReplyEntry,
-    ) {
-        not_root!(parent, Errno::EACCES, reply);
-        let (a, _creds) = route!(self, req, parent, &[WRITE], reply);
-        a.fs.mknod(req, parent, name, mode, umask, rdev, reply);
-    }
-
-    fn mkdir(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        reply: ReplyEntry,
-    ) {
-        not_root!(parent, Errno::EACCES, reply);
-        let (a, _creds) = route!(self, req, parent, &[WRITE], reply);
-        a.fs.mkdir(req, parent, name, mode, umask, reply);
-    }
-
-    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        not_root!(parent, Errno::EACCES, reply);
-        let (a, _creds) = route!(self, req, parent, &[WRITE], reply);
-        a.fs.unlink(req, parent, name, reply);
-    }
-
-    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        not_root!(parent, Errno::EACCES, reply);
-        let (a, _creds) = route!(self, req, parent, &[WRITE], reply);
-        a.fs.rmdir(req, parent, name, reply);
-    }
-
-    fn symlink(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        link_name: &OsStr,
-        target: &Path,
-        reply: ReplyEntry,
-    ) {
-        not_root!(parent, Errno::EACCES, reply);
-        let (a, _creds) = route!(self, req, parent, &[WRITE], reply);
-        a.fs.symlink(req, parent, link_name, target, reply);
-    }
-
-    fn rename(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        newparent: INodeNo,
-        newname: &OsStr,
-        flags: RenameFlags,
-        reply: ReplyEmpty,
-    ) {
-        not_root!(parent, Errno::EACCES, reply);
-        not_root!(newparent, Errno::EACCES, reply);
-        if attach_of_node(parent.0) != attach_of_node(newparent.0) {
-            return reply.error(Errno::EXDEV);
-        }
-        let (a, _creds) = route!(self, req, parent, &[WRITE], reply);
-        a.fs.rename(req, parent, name, newparent, newname, flags, reply);
-    }
-
-    fn link(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        newparent: INodeNo,
-        newname: &OsStr,
-        reply: ReplyEntry,
-    ) {
-        not_root!(ino, Errno::EACCES, reply);
-        not_root!(newparent, Errno::EACCES, reply);
-        if attach_of_node(ino.0) != attach_of_node(newparent.0) {
-            return reply.error(Errno::EXDEV);
-        }
-        let (a, _creds) = route!(self, req, newparent, &[WRITE], reply);
-        a.fs.link(req, ino, newparent, newname, reply);
-    }
-
-    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        not_root!(ino, Errno::EISDIR, reply);
-        let (a, _creds) = route!(self, req, ino, &[open_need(flags.0)], reply);
-        a.fs.open(req, ino, flags, reply);
-    }
-
-    fn read(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        size: u32,
-        flags: OpenFlags,
-        lock_owner: Option<LockOwner>,
-        reply: ReplyData,
-    ) {
-        not_root!(ino, Errno::EISDIR, reply);
-        let (a, _creds) = route!(self, req, ino, &[need(Access::Read, true)], reply);
-        a.fs.read(req, ino, fh, offset, size, flags, lock_owner, reply);
-    }
-
-    fn write(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        data: &[u8],
-        write_flags: WriteFlags,
-        flags: OpenFlags,
-        lock_owner: Option<LockOwner>,
-        reply: ReplyWrite,
-    ) {
-        not_root!(ino, Errno::EISDIR, reply);
-        let (a, _creds) = if write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
-            // From the page cache (a shared mapping): the kernel's writeback, which carries
-            // no caller (uid 0, pid 0), of data the writer was told was written long ago.
-            // It comes on a handle the gate admitted for writing at open; refusing it now
-            // would lose acknowledged data. Run as the owner (quota, reserved blocks).
-            let Some(a) = self.shared.attach(ino) else {
-                return reply.error(Errno::EIO);
-            };
-            let creds = match CredGuard::switch(&a.owner) {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::error!("attach {}: cannot switch credentials: {e}", a.name);
-                    return reply.error(Errno::EIO);
-                }
-            };
-            (a, creds)
-        } else {
-            route!(self, req, ino, &[need(Access::Write, true)], reply)
-        };
-        a.fs.write(
-            req,
-            ino,
-            fh,
-            offset,
-            data,
-            write_flags,
-            flags,
-            lock_owner,
-            reply,
-        );
+    fn getattr(&self, _req: &Request, _ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        reply.attr(&Duration::ZERO, &self.root_attr());
     }
 
     fn flush(
         &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        lock_owner: LockOwner,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        match self.shared.attach(ino) {
-            Some(a) => a.fs.flush(req, ino, fh, lock_owner, reply),
-            None => reply.ok(),
-        }
+        reply.ok();
     }
 
     fn release(
         &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        flags: OpenFlags,
-        lock_owner: Option<LockOwner>,
-        flush: bool,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
         reply: ReplyEmpty,
     ) {
-        match self.shared.attach(ino) {
-            Some(a) => a.fs.release(req, ino, fh, flags, lock_owner, flush, reply),
-            None => reply.ok(),
-        }
+        reply.ok();
     }
 
-    fn fsync(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        not_root!(ino, Errno::EISDIR, reply);
-        let (a, _creds) = route!(self, req, ino, &[need(Access::Look, true)], reply);
-        a.fs.fsync(req, ino, fh, datasync, reply);
-    }
-
-    fn opendir(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        if ino.0 == TREE_ROOT {
-            // Not cached: the listing changes with every attach and detach.
-            return reply.opened(FileHandle(0), FopenFlags::empty());
-        }
-        let (a, _creds) = route!(self, req, ino, &[READ], reply);
-        a.fs.opendir(req, ino, flags, reply);
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // Not cached: the listing changes with every attach and detach.
+        reply.opened(FileHandle(0), FopenFlags::empty());
     }
 
     fn readdir(
         &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        if ino.0 == TREE_ROOT {
-            for (node, next, name) in self.root_entries(offset) {
-                if reply.add(INodeNo(node), next, FileType::Directory, name) {
-                    break;
-                }
+        for (node, next, name) in self.root_entries(offset) {
+            if reply.add(INodeNo(node), next, FileType::Directory, name) {
+                break;
             }
-            return reply.ok();
         }
-        let (a, _creds) = route!(self, req, ino, &[need(Access::Read, true)], reply);
-        a.fs.readdir(req, ino, fh, offset, reply);
+        reply.ok();
     }
 
     fn readdirplus(
         &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        if ino.0 == TREE_ROOT {
-            for (node, next, name) in self.root_entries(offset) {
-                // Neutral attributes, never cached: an attach's real ones are only for
-                // those the gate lets look (the kernel needs a node number, or the entry
-                // would be skipped as deleted).
-                let mut attr = self.root_attr();
-                attr.ino = INodeNo(node);
-                attr.perm = if node == TREE_ROOT { 0o555 } else { 0o700 };
-                let full = reply.add(
-                    INodeNo(node),
-                    next,
-                    name,
-                    &Duration::ZERO,
-                    &attr,
-                    Generation(0),
-                );
-                if full {
-                    break;
-                }
+        for (node, next, name) in self.root_entries(offset) {
+            // Neutral attributes, never cached: an attach's real ones are only for those the
+            // gate lets look (the kernel needs a node number, or the entry would be skipped
+            // as deleted).
+            let mut attr = self.root_attr();
+            attr.ino = INodeNo(node);
+            attr.perm = if node == TREE_ROOT { 0o555 } else { 0o700 };
+            let full = reply.add(
+                INodeNo(node),
+                next,
+                name,
+                &Duration::ZERO,
+                &attr,
+                Generation(0),
+            );
+            if full {
+                break;
             }
-            return reply.ok();
         }
-        let (a, _creds) = route!(self, req, ino, &[need(Access::Read, true)], reply);
-        a.fs.readdirplus(req, ino, fh, offset, reply);
+        reply.ok();
     }
 
     fn releasedir(
         &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        flags: OpenFlags,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        match self.shared.attach(ino) {
-            Some(a) => a.fs.releasedir(req, ino, fh, flags, reply),
-            None => reply.ok(),
-        }
+        reply.ok();
     }
 
     fn fsyncdir(
         &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        if ino.0 == TREE_ROOT {
-            return reply.ok();
-        }
-        let (a, _creds) = route!(self, req, ino, &[need(Access::Look, true)], reply);
-        a.fs.fsyncdir(req, ino, fh, datasync, reply);
-    }
-
-    /// Nothing to decrypt or change: answered like the single mount does, ungated.
-    fn ioctl(
-        &self,
         _req: &Request,
         _ino: INodeNo,
         _fh: FileHandle,
-        _flags: IoctlFlags,
-        _cmd: u32,
-        _in_data: &[u8],
-        _out_size: u32,
-        reply: ReplyIoctl,
-    ) {
-        reply.error(Errno::ENOTTY);
-    }
-
-    fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
-        if ino.0 == TREE_ROOT {
-            let name_max = cloakfs_core::format::names::NAME_MAX as u32;
-            return reply.statfs(0, 0, 0, 0, 0, 4096, name_max, 4096);
-        }
-        let (a, _creds) = route!(self, req, ino, &[LOOK], reply);
-        a.fs.statfs(req, ino, reply);
-    }
-
-    fn setxattr(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        name: &OsStr,
-        value: &[u8],
-        flags: i32,
-        position: u32,
+        _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        not_root!(ino, Errno::EACCES, reply);
-        let (a, _creds) = route!(self, req, ino, &[WRITE], reply);
-        a.fs.setxattr(req, ino, name, value, flags, position, reply);
+        reply.ok();
     }
 
-    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        not_root!(ino, Errno::from_i32(libc::ENODATA), reply);
-        let (a, _creds) = route!(self, req, ino, &[READ], reply);
-        a.fs.getxattr(req, ino, name, size, reply);
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let name_max = cloakfs_core::format::names::NAME_MAX as u32;
+        reply.statfs(0, 0, 0, 0, 0, 4096, name_max, 4096);
     }
 
-    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        if ino.0 == TREE_ROOT {
-            return crate::xattr::reply_xattr(reply, size, Ok(Vec::new()));
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {
+        crate::xattr::reply_xattr(reply, size, Ok(Vec::new()));
+    }
+
+    fn access(&self, _req: &Request, _ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        // dr-xr-xr-x for everyone, root included.
+        if mask.contains(AccessFlags::W_OK) {
+            reply.error(Errno::EACCES)
+        } else {
+            reply.ok()
         }
-        let (a, _creds) = route!(self, req, ino, &[READ], reply);
-        a.fs.listxattr(req, ino, size, reply);
-    }
-
-    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        not_root!(ino, Errno::EACCES, reply);
-        let (a, _creds) = route!(self, req, ino, &[WRITE], reply);
-        a.fs.removexattr(req, ino, name, reply);
-    }
-
-    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        if ino.0 == TREE_ROOT {
-            // dr-xr-xr-x for everyone, root included.
-            return if mask.contains(AccessFlags::W_OK) {
-                reply.error(Errno::EACCES)
-            } else {
-                reply.ok()
-            };
-        }
-        // As `route`, with the needs depending on the node's kind.
-        let Some(a) = self.shared.attach(ino) else {
-            return reply.error(Errno::EIO);
-        };
-        let dir =
-            a.fs.node(ino)
-                .is_ok_and(|n| n.kind == crate::inode::Kind::Dir);
-        let _creds = match self.admit(&a, req, &access_needs(mask, dir)) {
-            Ok(creds) => creds,
-            Err(e) => return reply.error(e),
-        };
-        a.fs.access(req, ino, mask, reply);
-    }
-
-    fn create(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        flags: i32,
-        reply: ReplyCreate,
-    ) {
-        not_root!(parent, Errno::EACCES, reply);
-        let (a, _creds) = route!(self, req, parent, &[WRITE], reply);
-        a.fs.create(req, parent, name, mode, umask, flags, reply);
-    }
-
-    fn fallocate(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        length: u64,
-        mode: i32,
-        reply: ReplyEmpty,
-    ) {
-        not_root!(ino, Errno::EISDIR, reply);
-        let (a, _creds) = route!(self, req, ino, &[need(Access::Write, true)], reply);
-        a.fs.fallocate(req, ino, fh, offset, length, mode, reply);
     }
 }
 
