@@ -454,6 +454,84 @@ fn name_and_rekey_on_a_directory_with_two_ids() {
     );
 }
 
+/// `name` (plaintext path to backing path) finds an entry where the mount does: a name made
+/// under the directory's ID-file copy is that copy's backing entry (and `name` says which
+/// copy), a name taken under both IDs is the one under `cloakfs.dirid`, and the other is
+/// found by the conflict name it is listed under; a path through a directory named under
+/// the copy resolves too.
+#[test]
+fn name_finds_entries_named_under_an_id_files_copy() {
+    let f = Fixture::new();
+    let a = two_ids(&f, &[("a.txt", b"made on B too")]);
+    let docs = a.parent().unwrap().to_path_buf();
+    // Named under the copy's ID only: a file, and a directory with a file in it.
+    let v = volume(&f);
+    let w = Writer::new(&v, &f.cipher);
+    std::fs::rename(docs.join("cloakfs.dirid"), docs.join("main.id")).unwrap();
+    std::fs::rename(docs.join(ID_COPY), docs.join("cloakfs.dirid")).unwrap();
+    let only_a = w.write_file(Path::new("docs/only-a.txt"), b"A").unwrap();
+    w.mkdir(Path::new("docs/sub")).unwrap();
+    let inner = w.write_file(Path::new("docs/sub/x"), b"x").unwrap();
+    std::fs::rename(docs.join("cloakfs.dirid"), docs.join(ID_COPY)).unwrap();
+    std::fs::rename(docs.join("main.id"), docs.join("cloakfs.dirid")).unwrap();
+    let b = w.backing(Path::new("docs/a.txt")).unwrap();
+    drop(w);
+    let name = |plain: &str| {
+        let out = run(&f, &["name", s(&f.cipher), plain]);
+        assert!(out.status.success(), "{plain}: {}", stderr(&out));
+        let err = stderr(&out);
+        (
+            PathBuf::from(String::from_utf8(out.stdout).unwrap().trim_end()),
+            err,
+        )
+    };
+    let (got, err) = name("docs/only-a.txt");
+    assert_eq!(got, only_a);
+    assert!(err.contains(ID_COPY), "{err}");
+    assert_eq!(name("docs/sub/x").0, inner);
+    assert_eq!(name("docs/a.txt").0, b);
+    let (got, err) = name("docs/a (conflict 2026-11-28 K64EJMH).txt");
+    assert_eq!(got, a);
+    assert!(err.contains(ID_COPY), "{err}");
+    // The mount reads the same entries under those names.
+    let m = f.mounted(&[]);
+    assert_eq!(std::fs::read(f.mnt.join("docs/only-a.txt")).unwrap(), b"A");
+    assert_eq!(std::fs::read(f.mnt.join("docs/sub/x")).unwrap(), b"x");
+    m.unmount();
+}
+
+/// The mount logs a directory with several IDs, and each conflict copy, the first time it
+/// meets them: one line each in its log after lookups and listings, whichever comes first.
+#[test]
+fn a_directory_with_several_ids_and_a_conflict_copy_are_logged_once() {
+    let f = Fixture::new();
+    two_ids(&f, &[]);
+    make_conflict(
+        &f,
+        "docs/b.txt",
+        b"edit on A",
+        Some(b"made on B"),
+        syncthing,
+        false,
+    );
+    let log = f.tmp.path().join("mount.log");
+    // Nothing cached by the kernel: every lookup and listing reaches the mount.
+    let m = f.mounted(&["--cache-timeout", "0", "--log-file", s(&log)]);
+    let docs = f.mnt.join("docs");
+    let shown = "b (conflict 2026-11-28 4CTITOD).txt";
+    for _ in 0..3 {
+        assert_eq!(std::fs::read(docs.join("a.txt")).unwrap(), b"made on A");
+        assert_eq!(ls(&docs), ["a.txt", shown, "b.txt"]);
+        assert_eq!(std::fs::read(docs.join(shown)).unwrap(), b"edit on A");
+    }
+    m.unmount();
+    let log = std::fs::read_to_string(&log).unwrap();
+    let lines = |what: &str| log.lines().filter(|l| l.contains(what)).count();
+    assert_eq!(lines("directory has several IDs"), 1, "{log}");
+    assert_eq!(lines(ID_COPY), 1, "{log}");
+    assert_eq!(lines("a conflict copy made by Syncthing"), 1, "{log}");
+}
+
 /// `rekey` does not convert a sync client's conflict copy (its contents would stay under the
 /// old key, its name would follow nothing): it refuses in one line, changing nothing.
 #[test]

@@ -13,13 +13,13 @@ use crate::dir::ListEntry;
 use crate::fs::CloakFs;
 use crate::inode::Inode;
 use crate::sys::{self, errno, Res};
-use cloakfs_core::format::names::{Classified, DirId, StoredName};
+use cloakfs_core::format::names::{Classified, DirId, DIRID_FILE};
 use cloakfs_core::sync_folder::is_dir_id_copy;
 use cloakfs_core::tools::paths::{parse_dir_id, DIRID_LEN};
 use rustix::fd::{AsFd, BorrowedFd};
 use rustix::fs::{AtFlags, RawDir};
-use std::ffi::{OsStr, OsString};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
 
 /// A listed backing entry whose name does not decrypt under the directory's ID.
 pub(crate) struct Unnamed {
@@ -82,12 +82,41 @@ impl CloakFs {
                 copies.push(raw.to_vec());
             }
         }
-        let ids: Vec<DirId> = Self::read_dir_id_copies(rfd.as_fd(), &copies, Some(&main))
-            .into_iter()
-            .map(|(_, id)| id)
-            .collect();
+        let copies = Self::read_dir_id_copies(rfd.as_fd(), &copies, Some(&main));
+        Ok(self.remember_dir_id_copies(dir, rfd.as_fd(), copies))
+    }
+
+    /// Remembers the IDs of `dir`'s ID-file copies `copies` (as read by
+    /// [`Self::read_dir_id_copies`]) for lookups, and logs the first time this mount meets the
+    /// directory with these copies (not at each listing or lookup).
+    fn remember_dir_id_copies(
+        &self,
+        dir: &Inode,
+        dfd: BorrowedFd<'_>,
+        copies: Vec<(String, DirId)>,
+    ) -> Vec<DirId> {
+        let ids: Vec<DirId> = copies.iter().map(|(_, id)| *id).collect();
         dir.dir_id.set_others(ids.clone());
-        Ok(ids)
+        if copies.is_empty() {
+            return ids;
+        }
+        let names: Vec<&str> = copies.iter().map(|(n, _)| n.as_str()).collect();
+        let key = [b"dirid copies:".as_slice(), names.join("/").as_bytes()].concat();
+        let fresh = self
+            .warned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((dir.nodeid, key));
+        if fresh {
+            tracing::warn!(
+                "{}: directory has several IDs (a sync client's {} of its {DIRID_FILE}: two \
+                 devices gave it different IDs); the entries named under them are listed too, \
+                 new ones are named under {DIRID_FILE}; `cloakfs fsck --repair` merges them",
+                sys::describe(dfd),
+                names.join(", ")
+            );
+        }
+        ids
     }
 
     /// Decrypts backing name `raw` of directory `dir` under one of `others` (its ID-file
@@ -108,31 +137,6 @@ impl CloakFs {
                 _ => None,
             }
         })
-    }
-
-    /// Where plaintext `name` of `dir`, stored as `main` under the directory's ID, is: under
-    /// another of its IDs if `main` is absent and an entry of that name exists there. Costs
-    /// nothing in a directory known to have no ID-file copies.
-    pub(crate) fn find_under_copies(
-        &self,
-        dir: &Inode,
-        name: &OsStr,
-        main: StoredName,
-    ) -> StoredName {
-        let Some(others) = dir.dir_id.others().filter(|o| !o.is_empty()) else {
-            return main;
-        };
-        let exists = |s: &StoredName| {
-            rustix::fs::statat(dir.fd(), s.backing(), AtFlags::SYMLINK_NOFOLLOW).is_ok()
-        };
-        if exists(&main) {
-            return main;
-        }
-        others
-            .iter()
-            .filter_map(|id| self.volume.names().encrypt(id, name.as_bytes()).ok())
-            .find(exists)
-            .unwrap_or(main)
     }
 
     /// After a lookup miss in `dir`: whether it has ID-file copies not yet known (one scan,
@@ -159,12 +163,8 @@ impl CloakFs {
         conflicts: &mut Option<crate::conflicts::Conflicts>,
     ) -> usize {
         let others = if from == 0 {
-            let ids: Vec<DirId> = Self::read_dir_id_copies(dfd, copies, main)
-                .into_iter()
-                .map(|(_, id)| id)
-                .collect();
-            dir.dir_id.set_others(ids.clone());
-            ids
+            let copies = Self::read_dir_id_copies(dfd, copies, main);
+            self.remember_dir_id_copies(dir, dfd, copies)
         } else {
             self.other_dir_ids(dir).unwrap_or_default()
         };
