@@ -316,4 +316,86 @@ python3 "$decrypt" --passfile "$real/pass" "$real/adopted" "$real/adopted-out" >
 diff -r --no-dereference "$aplain" "$real/adopted-out"
 echo "run.sh: a converted adopted tree decrypts to the tree it held"
 
+# 9. A volume in a sync folder (FORMAT.md 2.1 and 9.2), left as Syncthing leaves it when two
+# devices changed the same places while apart (device a's versions lose, with Syncthing's
+# names): the directory docs made on both with random IDs (as cloakfs made them before derived
+# IDs), so a's cloakfs.dirid is renamed beside b's and the two sides' entries merged, a name
+# made on both sides; a file and a long name edited on both, a's versions renamed to conflict
+# copies; a long name left only as a copy, with a copy of its sidecar; a file that already has
+# a copy's shown name. The decryptor gives the tree `cloakfs export` gives, under the names
+# FORMAT.md says.
+sync="$tmp/sync"
+mkdir -p "$sync"
+stem=$(printf 'a-long-report-name-%.0s' 1 2 3 4 5 6 7 8 9 10)
+"$cloakfs" init --passfile "$real/pass" --kdf-memory 64 --kdf-iterations 1 "$sync/a" >/dev/null
+"$cloakfs" mount --passfile "$real/pass" "$sync/a" "$mnt"
+echo first >"$mnt/report.txt"
+echo first >"$mnt/$stem.txt"
+echo "only copy" >"$mnt/${stem}2.md"
+echo "a real file" >"$mnt/report (conflict 2026-11-28 4CTITOD).txt"
+"$cloakfs" unmount "$mnt"
+cp -a "$sync/a" "$sync/b"
+for side in a b; do
+    CLOAKFS_TEST_RANDOM_DIR_IDS=1 "$cloakfs" mount --passfile "$real/pass" "$sync/$side" "$mnt"
+    mkdir "$mnt/docs"
+    for i in 0 1 2; do echo "$side$i" >"$mnt/docs/$side$i.txt"; done
+    echo "from $side" >"$mnt/docs/same.txt"
+    echo "edit on $side" >"$mnt/report.txt"
+    echo "long edit on $side" >"$mnt/$stem.txt"
+    "$cloakfs" unmount "$mnt"
+done
+backing() { basename "$("$cloakfs" name --passfile "$real/pass" "$sync/b" "$1" 2>/dev/null)"; }
+docs=$(backing docs) report=$(backing report.txt)
+long1=$(backing "$stem.txt") long2=$(backing "${stem}2.md")
+if cmp -s "$sync/a/$docs/cloakfs.dirid" "$sync/b/$docs/cloakfs.dirid"; then
+    echo "run.sh: FAIL: the two devices' docs have one ID: no conflict to decrypt" >&2
+    exit 1
+fi
+st=sync-conflict-20261128-101010-4CTITOD
+merged="$sync/a"
+mv "$merged/$docs/cloakfs.dirid" "$merged/$docs/cloakfs.sync-conflict-20261128-151500-4CTITOD.dirid"
+cp -a "$sync/b/$docs/." "$merged/$docs/"
+mv "$merged/$report" "$merged/$report.$st"
+cp -a "$sync/b/$report" "$merged/"
+mv "$merged/$long1" "$merged/cloakfs.long.$st.${long1#cloakfs.long.}"
+cp -a "$sync/b/$long1" "$merged/"
+mv "$merged/$long2" "$merged/cloakfs.long.$st.${long2#cloakfs.long.}"
+mv "$merged/$long2.name" "$merged/$long2.$st.name"
+"$cloakfs" export --passfile "$real/pass" "$merged" "$sync/export" >/dev/null
+python3 "$decrypt" --passfile "$real/pass" "$merged" "$sync/out" >/dev/null
+diff -r --no-dereference "$sync/export" "$sync/out"
+# The names, the tag (6 hex digits of SHA-256 of a backing name) written as TAG.
+(cd "$sync/out" && find . -mindepth 1 | LC_ALL=C sort | sed 's/ #[0-9a-f]\{6\})/ #TAG)/') \
+    >"$sync/names"
+LC_ALL=C sort >"$sync/expected" <<EOF
+./$stem (conflict 2026-11-28 4CTITOD).txt
+./$stem.txt
+./${stem}2 (conflict 2026-11-28 4CTITOD).md
+./docs
+./docs/a0.txt
+./docs/a1.txt
+./docs/a2.txt
+./docs/b0.txt
+./docs/b1.txt
+./docs/b2.txt
+./docs/same (conflict 2026-11-28 4CTITOD).txt
+./docs/same.txt
+./report (conflict 2026-11-28 4CTITOD #TAG).txt
+./report (conflict 2026-11-28 4CTITOD).txt
+./report.txt
+EOF
+diff "$sync/expected" "$sync/names"
+out="$sync/out"
+for check in "docs/same.txt:from b" "docs/same (conflict 2026-11-28 4CTITOD).txt:from a" \
+    "report.txt:edit on b" "report (conflict 2026-11-28 4CTITOD).txt:a real file" \
+    "$stem.txt:long edit on b" "$stem (conflict 2026-11-28 4CTITOD).txt:long edit on a" \
+    "${stem}2 (conflict 2026-11-28 4CTITOD).md:only copy" \
+    "$(cd "$out" && echo report\ \(conflict\ 2026-11-28\ 4CTITOD\ \#*):edit on a"; do
+    [ "$(cat "$out/${check%%:*}")" = "${check#*:}" ] || {
+        echo "run.sh: FAIL: ${check%%:*} does not hold \"${check#*:}\"" >&2
+        exit 1
+    }
+done
+echo "run.sh: a volume with sync conflicts (two directory IDs, conflict copies) decrypts as cloakfs export shows it"
+
 echo "run.sh: all checks passed"
