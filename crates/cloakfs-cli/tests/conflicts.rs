@@ -393,17 +393,28 @@ const ID_COPY: &str = "cloakfs.sync-conflict-20261128-151500-K64EJMH.dirid";
 /// `a.txt` named under the ID now in the copy [`ID_COPY`], then `b.txt` (and whatever
 /// `more` names) under the one in `cloakfs.dirid`. Returns `a.txt`'s backing path.
 fn two_ids(f: &Fixture, more: &[(&str, &[u8])]) -> PathBuf {
+    two_ids_with(f, |_| (), more).0
+}
+
+/// [`two_ids`], where `made_on_a` also makes entries under the copy's ID (whose result is
+/// returned beside `a.txt`'s backing path).
+fn two_ids_with<T>(
+    f: &Fixture,
+    made_on_a: impl FnOnce(&Writer) -> T,
+    more: &[(&str, &[u8])],
+) -> (PathBuf, T) {
     let v = volume(f);
     let w = Writer::new(&v, &f.cipher);
     let docs = w.mkdir(Path::new("docs")).unwrap();
     let a = w.write_file(Path::new("docs/a.txt"), b"made on A").unwrap();
+    let made = made_on_a(&w);
     std::fs::rename(docs.join("cloakfs.dirid"), docs.join(ID_COPY)).unwrap();
     std::fs::write(docs.join("cloakfs.dirid"), [0x5a; 16]).unwrap();
     w.write_file(Path::new("docs/b.txt"), b"made on B").unwrap();
     for (n, data) in more {
         w.write_file(&Path::new("docs").join(n), data).unwrap();
     }
-    a
+    (a, made)
 }
 
 /// `name -d` decrypts a name made under a directory's other ID file and says so; `rekey`
@@ -462,20 +473,20 @@ fn name_and_rekey_on_a_directory_with_two_ids() {
 #[test]
 fn name_finds_entries_named_under_an_id_files_copy() {
     let f = Fixture::new();
-    let a = two_ids(&f, &[("a.txt", b"made on B too")]);
-    let docs = a.parent().unwrap().to_path_buf();
     // Named under the copy's ID only: a file, and a directory with a file in it.
+    let (a, (only_a, inner)) = two_ids_with(
+        &f,
+        |w| {
+            let only_a = w.write_file(Path::new("docs/only-a.txt"), b"A").unwrap();
+            w.mkdir(Path::new("docs/sub")).unwrap();
+            (only_a, w.write_file(Path::new("docs/sub/x"), b"x").unwrap())
+        },
+        &[("a.txt", b"made on B too")],
+    );
     let v = volume(&f);
-    let w = Writer::new(&v, &f.cipher);
-    std::fs::rename(docs.join("cloakfs.dirid"), docs.join("main.id")).unwrap();
-    std::fs::rename(docs.join(ID_COPY), docs.join("cloakfs.dirid")).unwrap();
-    let only_a = w.write_file(Path::new("docs/only-a.txt"), b"A").unwrap();
-    w.mkdir(Path::new("docs/sub")).unwrap();
-    let inner = w.write_file(Path::new("docs/sub/x"), b"x").unwrap();
-    std::fs::rename(docs.join("cloakfs.dirid"), docs.join(ID_COPY)).unwrap();
-    std::fs::rename(docs.join("main.id"), docs.join("cloakfs.dirid")).unwrap();
-    let b = w.backing(Path::new("docs/a.txt")).unwrap();
-    drop(w);
+    let b = Writer::new(&v, &f.cipher)
+        .backing(Path::new("docs/a.txt"))
+        .unwrap();
     let name = |plain: &str| {
         let out = run(&f, &["name", s(&f.cipher), plain]);
         assert!(out.status.success(), "{plain}: {}", stderr(&out));
