@@ -96,6 +96,9 @@ expect_refused "long-name sidecar edited" "sed -i 's/^./A/' $long.name"
 expect_refused "symlink target edited" \
     "t=\$(readlink $link); rm $link; ln -s \"A\${t#?}\" $link"
 expect_refused "dirid replaced" "printf 0123456789abcdef > $sub/cloakfs.dirid"
+expect_refused "name edited in a directory with a copy of its ID file" \
+    "printf 0123456789abcdef > $sub/cloakfs.sync-conflict-20261128-101010-4CTITOD.dirid
+     mv -- $sub/$inner $sub/${inner%?}A"
 printf 'wrong passphrase\n' > "$tmp/wrongpass"
 expect_refused "wrong passphrase" ":" --passfile "$tmp/wrongpass"
 
@@ -320,17 +323,16 @@ echo "run.sh: a converted adopted tree decrypts to the tree it held"
 # devices changed the same places while apart (device a's versions lose, with Syncthing's
 # names): the directory docs made on both with random IDs (as cloakfs made them before derived
 # IDs), so a's cloakfs.dirid is renamed beside b's and the two sides' entries merged, a name
-# made on both sides; a file and a long name edited on both, a's versions renamed to conflict
-# copies; a long name left only as a copy, with a copy of its sidecar; a file that already has
-# a copy's shown name. The decryptor gives the tree `cloakfs export` gives, under the names
+# made on both sides; files and a long name edited on both, a's versions renamed to conflict
+# copies (Syncthing's naming, and Dropbox's, Nextcloud's, OneDrive's, Resilio's); a long name
+# left only as a copy, with a copy of its sidecar; a file that already has a copy's shown name. The decryptor gives the tree `cloakfs export` gives, under the names
 # FORMAT.md says.
 sync="$tmp/sync"
 mkdir -p "$sync"
 stem=$(printf 'a-long-report-name-%.0s' 1 2 3 4 5 6 7 8 9 10)
 "$cloakfs" init --passfile "$real/pass" --kdf-memory 64 --kdf-iterations 1 "$sync/a" >/dev/null
 "$cloakfs" mount --passfile "$real/pass" "$sync/a" "$mnt"
-echo first >"$mnt/report.txt"
-echo first >"$mnt/$stem.txt"
+for f in report.txt notes.md plan photo.jpg todo.txt "$stem.txt"; do echo first >"$mnt/$f"; done
 echo "only copy" >"$mnt/${stem}2.md"
 echo "a real file" >"$mnt/report (conflict 2026-11-28 4CTITOD).txt"
 "$cloakfs" unmount "$mnt"
@@ -340,12 +342,12 @@ for side in a b; do
     mkdir "$mnt/docs"
     for i in 0 1 2; do echo "$side$i" >"$mnt/docs/$side$i.txt"; done
     echo "from $side" >"$mnt/docs/same.txt"
-    echo "edit on $side" >"$mnt/report.txt"
+    for f in report.txt notes.md plan photo.jpg todo.txt; do echo "edit on $side" >"$mnt/$f"; done
     echo "long edit on $side" >"$mnt/$stem.txt"
     "$cloakfs" unmount "$mnt"
 done
 backing() { basename "$("$cloakfs" name --passfile "$real/pass" "$sync/b" "$1" 2>/dev/null)"; }
-docs=$(backing docs) report=$(backing report.txt)
+docs=$(backing docs)
 long1=$(backing "$stem.txt") long2=$(backing "${stem}2.md")
 if cmp -s "$sync/a/$docs/cloakfs.dirid" "$sync/b/$docs/cloakfs.dirid"; then
     echo "run.sh: FAIL: the two devices' docs have one ID: no conflict to decrypt" >&2
@@ -355,8 +357,16 @@ st=sync-conflict-20261128-101010-4CTITOD
 merged="$sync/a"
 mv "$merged/$docs/cloakfs.dirid" "$merged/$docs/cloakfs.sync-conflict-20261128-151500-4CTITOD.dirid"
 cp -a "$sync/b/$docs/." "$merged/$docs/"
-mv "$merged/$report" "$merged/$report.$st"
-cp -a "$sync/b/$report" "$merged/"
+conflict() { # plaintext name, client's marker: b's version is kept, a's becomes the copy
+    b=$(backing "$1")
+    mv "$merged/$b" "$merged/$b$2"
+    cp -a "$sync/b/$b" "$merged/"
+}
+conflict report.txt ".$st"
+conflict notes.md " (Ann's conflicted copy 2026-11-28)"
+conflict plan " (conflicted copy bob 2026-11-28 101010)"
+conflict photo.jpg -LAPTOP-7
+conflict todo.txt .Conflict
 mv "$merged/$long1" "$merged/cloakfs.long.$st.${long1#cloakfs.long.}"
 cp -a "$sync/b/$long1" "$merged/"
 mv "$merged/$long2" "$merged/cloakfs.long.$st.${long2#cloakfs.long.}"
@@ -380,14 +390,24 @@ LC_ALL=C sort >"$sync/expected" <<EOF
 ./docs/b2.txt
 ./docs/same (conflict 2026-11-28 4CTITOD).txt
 ./docs/same.txt
+./notes (conflict 2026-11-28 Ann).md
+./notes.md
+./photo (conflict LAPTOP-7).jpg
+./photo.jpg
+./plan
+./plan (conflict 2026-11-28 bob)
 ./report (conflict 2026-11-28 4CTITOD #TAG).txt
 ./report (conflict 2026-11-28 4CTITOD).txt
 ./report.txt
+./todo (conflict Resilio).txt
+./todo.txt
 EOF
 diff "$sync/expected" "$sync/names"
 out="$sync/out"
 for check in "docs/same.txt:from b" "docs/same (conflict 2026-11-28 4CTITOD).txt:from a" \
     "report.txt:edit on b" "report (conflict 2026-11-28 4CTITOD).txt:a real file" \
+    "notes (conflict 2026-11-28 Ann).md:edit on a" "plan (conflict 2026-11-28 bob):edit on a" \
+    "photo (conflict LAPTOP-7).jpg:edit on a" "todo (conflict Resilio).txt:edit on a" \
     "$stem.txt:long edit on b" "$stem (conflict 2026-11-28 4CTITOD).txt:long edit on a" \
     "${stem}2 (conflict 2026-11-28 4CTITOD).md:only copy" \
     "$(cd "$out" && echo report\ \(conflict\ 2026-11-28\ 4CTITOD\ \#*):edit on a"; do
