@@ -543,6 +543,58 @@ fn a_directory_with_several_ids_and_a_conflict_copy_are_logged_once() {
     assert_eq!(lines("a conflict copy made by Syncthing"), 1, "{log}");
 }
 
+/// `fsck --repair` merging a directory with several IDs keeps its conflict copies where they
+/// were: listed under the same names, with the same contents, before and after.
+#[test]
+fn merging_a_directorys_ids_keeps_its_conflict_copies() {
+    let f = Fixture::new();
+    two_ids(&f, &[]);
+    let long = format!("docs/{}.txt", long_stem());
+    for (plain, sidecar) in [("docs/b.txt", false), (long.as_str(), true)] {
+        make_conflict(&f, plain, b"edit on A", Some(b"kept"), syncthing, sidecar);
+    }
+    make_conflict(
+        &f,
+        "docs/c.txt",
+        b"edit on A",
+        Some(b"kept"),
+        |n| format!("{n} (Ann's conflicted copy 2026-11-28)"),
+        false,
+    );
+    let exported = |dest: &str| {
+        let dest = f.tmp.path().join(dest);
+        let out = run(&f, &["export", s(&f.cipher), s(&dest)]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        ls(&dest.join("docs"))
+            .into_iter()
+            .map(|n| {
+                let data = std::fs::read(dest.join("docs").join(&n)).unwrap();
+                (n, data)
+            })
+            .collect::<Vec<_>>()
+    };
+    let before = exported("before");
+    assert_eq!(before.len(), 7, "{before:?}");
+    run(&f, &["fsck", "--repair", s(&f.cipher)]);
+    let out = run(&f, &["fsck", s(&f.cipher)]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert_eq!(exported("after"), before);
+    let left: Vec<String> = ls(&f.cipher.join(
+        Writer::new(&volume(&f), &f.cipher)
+            .backing(Path::new("docs"))
+            .unwrap(),
+    ))
+    .into_iter()
+    .filter(|n| n.contains("sync-conflict") || n.contains("dirid"))
+    .collect();
+    assert_eq!(
+        left,
+        ["cloakfs.dirid"],
+        "copies of sidecars or ID files left"
+    );
+}
+
 /// `rekey` does not convert a sync client's conflict copy (its contents would stay under the
 /// old key, its name would follow nothing): it refuses in one line, changing nothing.
 #[test]
