@@ -966,14 +966,15 @@ def list_names(vol: "Volume", backing: bytes, dir_id: bytes, root: bool):
     def is_long_entry(name: bytes) -> bool:
         return classify(name) == "long" and len(name) == len(b"cloakfs.long.") + 43
 
-    def as_copy(entry: bytes):
-        """Section 2.1: the first accepted reading of `entry` as a conflict copy."""
+    def as_copy(entry: bytes, under: bytes):
+        """Section 2.1: the first accepted reading of `entry` as a conflict copy of a name under
+        directory ID `under`."""
         for original, label in conflict_readings(entry):
             kind = classify(original)
             if kind == "internal" or (kind == "long" and not is_long_entry(original)):
                 continue
             try:
-                return label, open_name(vol, dir_id, original, sidecar_or_copy)
+                return label, open_name(vol, under, original, sidecar_or_copy)
             except (VolumeError, OSError):
                 continue
         return None
@@ -995,19 +996,25 @@ def list_names(vol: "Volume", backing: bytes, dir_id: bytes, root: bool):
     copies = []      # (backing name, LABEL, original's plaintext name): shown as conflicts
     under = []       # (index of the ID-file copy, backing name, plaintext name)
     for entry, error in pending:
-        reading = as_copy(entry)
+        reading = as_copy(entry, dir_id)
         if reading is not None:
             copies.append((entry, reading[0], reading[1]))
             continue
-        if error is None:
-            continue
-        for k, (_, other) in enumerate(others):
+        opened = False
+        for k, (_, other) in enumerate(others if error is not None else []):
             try:
                 under.append((k, entry, open_name(vol, other, entry, sidecar)))
+                opened = True
                 break
             except (VolumeError, OSError):
                 continue
-        else:
+        if opened:
+            continue
+        # A copy of an entry named under an other ID.
+        reading = next((r for r in (as_copy(entry, other) for _, other in others) if r), None)
+        if reading is not None:
+            copies.append((entry, reading[0], reading[1]))
+        elif error is not None:
             raise error
     listed = dict(named)
     taken = set(named.values())

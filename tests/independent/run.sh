@@ -325,7 +325,8 @@ echo "run.sh: a converted adopted tree decrypts to the tree it held"
 # IDs), so a's cloakfs.dirid is renamed beside b's and the two sides' entries merged, a name
 # made on both sides; files and a long name edited on both, a's versions renamed to conflict
 # copies (Syncthing's naming, and Dropbox's, Nextcloud's, OneDrive's, Resilio's); a long name
-# left only as a copy, with a copy of its sidecar; a file that already has a copy's shown name. The decryptor gives the tree `cloakfs export` gives, under the names
+# left only as a copy, with a copy of its sidecar; a file that already has a copy's shown name;
+# a copy of a file named under a's ID. The decryptor gives the tree `cloakfs export` gives, under the names
 # FORMAT.md says.
 sync="$tmp/sync"
 mkdir -p "$sync"
@@ -357,6 +358,9 @@ st=sync-conflict-20261128-101010-4CTITOD
 merged="$sync/a"
 mv "$merged/$docs/cloakfs.dirid" "$merged/$docs/cloakfs.sync-conflict-20261128-151500-4CTITOD.dirid"
 cp -a "$sync/b/$docs/." "$merged/$docs/"
+# A conflict copy of a file named under a's ID, now the ID file's copy's (found by cloakfs name).
+a0=$(basename "$("$cloakfs" name --passfile "$real/pass" "$merged" docs/a0.txt 2>/dev/null)")
+cp -p "$merged/$docs/$a0" "$merged/$docs/$a0.$st"
 conflict() { # plaintext name, client's marker: b's version is kept, a's becomes the copy
     b=$(backing "$1")
     mv "$merged/$b" "$merged/$b$2"
@@ -382,6 +386,7 @@ LC_ALL=C sort >"$sync/expected" <<EOF
 ./$stem.txt
 ./${stem}2 (conflict 2026-11-28 4CTITOD).md
 ./docs
+./docs/a0 (conflict 2026-11-28 4CTITOD).txt
 ./docs/a0.txt
 ./docs/a1.txt
 ./docs/a2.txt
@@ -405,7 +410,7 @@ EOF
 diff "$sync/expected" "$sync/names"
 out="$sync/out"
 for check in "docs/same.txt:from b" "docs/same (conflict 2026-11-28 4CTITOD).txt:from a" \
-    "report.txt:edit on b" "report (conflict 2026-11-28 4CTITOD).txt:a real file" \
+    "docs/a0 (conflict 2026-11-28 4CTITOD).txt:a0" "report.txt:edit on b" "report (conflict 2026-11-28 4CTITOD).txt:a real file" \
     "notes (conflict 2026-11-28 Ann).md:edit on a" "plan (conflict 2026-11-28 bob):edit on a" \
     "photo (conflict LAPTOP-7).jpg:edit on a" "todo (conflict Resilio).txt:edit on a" \
     "$stem.txt:long edit on b" "$stem (conflict 2026-11-28 4CTITOD).txt:long edit on a" \

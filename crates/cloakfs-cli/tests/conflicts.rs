@@ -595,6 +595,66 @@ fn merging_a_directorys_ids_keeps_its_conflict_copies() {
     );
 }
 
+/// A sync client's conflict copy of an entry named under the ID in the ID file's copy (a file
+/// edited on two devices in a directory with two IDs): the mount lists and reads it, and
+/// looks it up by name, `export` and the mount list the same names, and `fsck --repair` keeps
+/// it under that name.
+#[test]
+fn conflict_copies_of_entries_under_an_id_files_copy_are_shown_and_kept() {
+    let f = Fixture::new();
+    let dropbox = |n: &str| format!("{n} (Ann's conflicted copy 2026-11-28)");
+    two_ids_with(
+        &f,
+        |_| {
+            make_conflict(
+                &f,
+                "docs/e.txt",
+                b"edit on A",
+                Some(b"kept"),
+                syncthing,
+                false,
+            );
+            make_conflict(&f, "docs/d.md", b"edit on A", Some(b"kept"), dropbox, false);
+        },
+        &[],
+    );
+    let want = [
+        ("a.txt", &b"made on A"[..]),
+        ("b.txt", b"made on B"),
+        ("d (conflict 2026-11-28 Ann).md", b"edit on A"),
+        ("d.md", b"kept"),
+        ("e (conflict 2026-11-28 4CTITOD).txt", b"edit on A"),
+        ("e.txt", b"kept"),
+    ];
+    let exported = |dest: &str| {
+        let dest = f.tmp.path().join(dest).join("docs");
+        let out = run(&f, &["export", s(&f.cipher), s(dest.parent().unwrap())]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(ls(&dest), want.map(|(n, _)| n));
+        for (n, data) in want {
+            assert_eq!(std::fs::read(dest.join(n)).unwrap(), data, "{n}");
+        }
+    };
+    exported("before");
+    let m = f.mounted(&[]);
+    let docs = f.mnt.join("docs");
+    // By name before any listing, then listed.
+    assert_eq!(std::fs::read(docs.join(want[4].0)).unwrap(), b"edit on A");
+    assert_eq!(ls(&docs), want.map(|(n, _)| n));
+    for (n, data) in want {
+        assert_eq!(std::fs::read(docs.join(n)).unwrap(), data, "{n}");
+    }
+    m.unmount();
+    run(&f, &["fsck", "--repair", s(&f.cipher)]);
+    // Merged (the copies stay copies: their originals are under the merged ID, which here is
+    // the copy's, the one derived for docs).
+    let out = run(&f, &["fsck", s(&f.cipher)]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("several IDs"), "{text}");
+    assert_eq!(text.matches("conflict_copy:").count(), 2, "{text}");
+    exported("after");
+}
+
 /// `rekey` does not convert a sync client's conflict copy (its contents would stay under the
 /// old key, its name would follow nothing): it refuses in one line, changing nothing.
 #[test]

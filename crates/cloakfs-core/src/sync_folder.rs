@@ -516,7 +516,8 @@ pub fn locate(
 /// ([`conflict_tag`] of the backing name) where an entry of the directory has it as its
 /// plaintext name or another entry here would be shown under it too. An entry named under an
 /// ID-file copy is shown under its own name unless an entry named under `main`, or under an
-/// earlier copy in `others`, has that name.
+/// earlier copy in `others`, has that name. A conflict copy's original is looked for under
+/// `main`, and, where an entry does not open under any ID, under each of `others`.
 pub fn conflicts_in_dir(
     codec: &NameCodec,
     main: &DirId,
@@ -564,6 +565,14 @@ pub fn conflicts_in_dir(
             .find_map(|(k, (_, id))| open(codec, id, b, &mut sidecar).map(|p| (k, p)))
         {
             under_others.push((k, b, plain));
+            continue;
+        }
+        // A copy of an entry named under an ID-file copy's ID.
+        if let Some((copy, plain)) = others
+            .iter()
+            .find_map(|(_, id)| open_conflict_copy(codec, id, b, &mut sidecar))
+        {
+            found.push((b, copy, plain));
         }
     }
     // The first ID that has a name keeps it, as a lookup finds it.

@@ -31,6 +31,19 @@ impl CloakFs {
     ) -> Option<Vec<u8>> {
         let backing = std::str::from_utf8(backing).ok()?;
         let (copy, _) = self.open_conflict(id, dfd, backing)?;
+        self.note_conflict_copy(dir, dfd, backing, &copy);
+        let conflicts = cache.get_or_insert_with(|| self.conflicts_of(id, dfd));
+        conflicts.get(backing).map(|c| c.shown.clone())
+    }
+
+    /// Logs conflict copy `backing` of `dir` the first time this mount lists it.
+    pub(crate) fn note_conflict_copy(
+        &self,
+        dir: &Inode,
+        dfd: BorrowedFd<'_>,
+        backing: &str,
+        copy: &ConflictCopy,
+    ) {
         let fresh = self
             .warned
             .lock()
@@ -43,8 +56,6 @@ impl CloakFs {
                 copy.client.label()
             );
         }
-        let conflicts = cache.get_or_insert_with(|| self.conflicts_of(id, dfd));
-        conflicts.get(backing).map(|c| c.shown.clone())
     }
 
     /// The stored form under which plaintext `name` of `dir` is found, as every reader

@@ -21,13 +21,14 @@ use rustix::fs::{AtFlags, RawDir};
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 
-/// A listed backing entry whose name does not decrypt under the directory's ID.
+/// A listed backing entry whose name does not decrypt under the directory's ID, or an
+/// internal one (which may be a conflict copy of an entry named under an ID-file copy's ID).
 pub(crate) struct Unnamed {
     /// Where in the listing it belongs.
     pub at: usize,
     pub raw: Vec<u8>,
-    /// Why it is not named under the main ID.
-    pub why: &'static str,
+    /// Why it is not named under the main ID (None: an internal name, never reported).
+    pub why: Option<&'static str>,
     pub ino: u64,
     pub file_type: rustix::fs::FileType,
     pub next: u64,
@@ -178,9 +179,24 @@ impl CloakFs {
         let mut taken: std::collections::HashSet<OsString> =
             out.iter().map(|e| e.name.clone()).collect();
         unnamed.retain(|u| {
-            let plain = self.decrypt_under_others(&others, &u.raw, |b| Self::read_sidecar(dfd, b));
+            let plain = u.why.and_then(|_| {
+                self.decrypt_under_others(&others, &u.raw, |b| Self::read_sidecar(dfd, b))
+            });
             let Some(p) = plain else {
-                return true;
+                // A conflict copy of an entry named under an ID-file copy's ID.
+                let copy = main.and_then(|id| {
+                    let conflicts = conflicts.get_or_insert_with(|| self.conflicts_of(id, dfd));
+                    conflicts.get(std::str::from_utf8(&u.raw).ok()?).cloned()
+                });
+                let Some(c) = copy else {
+                    return true;
+                };
+                let backing = String::from_utf8_lossy(&u.raw);
+                self.note_conflict_copy(dir, dfd, &backing, &c.copy);
+                if taken.insert(OsString::from_vec(c.shown.clone())) {
+                    named.push((u.at, c.shown, u.raw.clone(), u.ino, u.file_type, u.next));
+                }
+                return false;
             };
             let shown = main.and_then(|id| {
                 let conflicts = conflicts.get_or_insert_with(|| self.conflicts_of(id, dfd));

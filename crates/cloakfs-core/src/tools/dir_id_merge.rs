@@ -100,14 +100,18 @@ pub fn merge(volume: &Volume, dir: &Path, main: &DirId, target: &DirId) -> std::
             moves.push((name.clone(), plain, id, listed, false));
         }
     }
-    // A sync client's conflict copy opens only while its original's name does, under the ID
-    // that goes: it is renamed to the name it is listed under, an entry of its own.
-    if target != main {
-        for (backing, c) in &shown {
-            if c.copy.original != DIRID_FILE {
-                let name = OsString::from(backing);
-                moves.push((name, c.original.clone(), *main, c.shown.clone(), true));
-            }
+    // A sync client's conflict copy opens only while its original's name does: unless that
+    // is under `target`, it is renamed to the name it is listed under, an entry of its own.
+    for (backing, c) in &shown {
+        let opens_under_target = || {
+            crate::sync_folder::open_conflict_copy(volume.names(), target, backing, |l| {
+                crate::sync_folder::long_name_in(dir, l)
+            })
+            .is_some()
+        };
+        if c.copy.original != DIRID_FILE && !opens_under_target() {
+            let name = OsString::from(backing);
+            moves.push((name, c.original.clone(), *main, c.shown.clone(), true));
         }
     }
     let copies: Vec<OsString> = moves.iter().filter(|m| m.4).map(|m| m.0.clone()).collect();
