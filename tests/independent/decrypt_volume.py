@@ -20,7 +20,9 @@ SECRETS, one or more of (as the same options of `cloakfs`):
 The slots are tried in config order with the secrets given (FORMAT.md 5.1); the one that opens
 is reported on standard output. OUTDIR must not exist or be empty; the whole plaintext tree is
 written there (regular files, directories, symlinks; fifos are recreated, sockets and device
-nodes are reported and skipped).
+nodes are reported and skipped). A volume in a sync folder decrypts whole: sync clients'
+conflict copies under the names of section 2.1, and the entries of a directory with copies of
+its ID file (section 9.2) under the names of that section.
 
 The config MAC is verified before anything else is decrypted, and every block, name and symlink
 target must authenticate. Exit status: 0 on success, 1 on any error (wrong secret, damaged or
@@ -757,29 +759,288 @@ def read_regular(path: bytes, what: str) -> bytes:
         return f.read()
 
 
-def decrypt_dir(vol: Volume, backing: bytes, dir_id: bytes, out: bytes, counts: dict):
+def long_name_text(path: bytes, entry: bytes, long_name_max: int) -> bytes:
+    """Section 9.3: the full encrypted name of long-name entry `entry` from sidecar `path`."""
+    text = read_regular(path, "long-name sidecar").rstrip()
+    if b"cloakfs.long." + b64(hashlib.sha256(text).digest()).encode() != entry:
+        raise VolumeError("long-name sidecar does not match its entry")
+    if len(text) <= long_name_max:
+        raise VolumeError("long-name entry for a short encrypted name")
+    return text
+
+
+def open_name(vol: "Volume", dir_id: bytes, entry: bytes, sidecar) -> bytes:
+    """The plaintext name of backing entry `entry` (class 'long' or 'encrypted') under directory
+    ID `dir_id` (sections 9.1, 9.3); `sidecar(entry)` gives a long entry's full name."""
+    if classify(entry) == "long":
+        enc = sidecar(entry)
+    else:
+        if len(entry) > vol.c.long_name_max:
+            raise VolumeError("encrypted name longer than long_name_max")
+        enc = entry
+    return vol.decrypt_name(dir_id, enc)
+
+
+# Section 2.1, "Conflict copies": the markers sync clients put into the name of a copy.
+
+DIGITS = frozenset("0123456789")
+DEVICE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+HOST_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+
+
+def _digits(s: str) -> bool:
+    return bool(s) and all(c in DIGITS for c in s)
+
+
+def _is_date(s: str) -> bool:
+    return (len(s) == 10 and _digits(s[:4]) and s[4] == "-" and _digits(s[5:7]) and s[7] == "-"
+            and _digits(s[8:]))
+
+
+def _ymd(s: str) -> str:
+    return f"{s[:4]}-{s[4:6]}-{s[6:8]}"
+
+
+def _paren_end(s: str):
+    """Index of the `)` closing a `(` just before `s`, nested pairs skipped."""
+    depth = 0
+    for i, c in enumerate(s):
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            if depth == 0:
+                return i
+            depth -= 1
+    return None
+
+
+def markers(s: str):
+    """Each client marker `s` starts with: (client, length, label parts), in the order of
+    section 2.1 (Syncthing, ownCloud before 2.5, Dropbox, Nextcloud, numbered, Resilio,
+    OneDrive)."""
+    out = []
+    if s.startswith(".sync-conflict-"):
+        r = s[15:]
+        if (len(r) >= 23 and _digits(r[:8]) and r[8] == "-" and _digits(r[9:15]) and r[15] == "-"
+                and all(c in DEVICE_CHARS for c in r[16:23])):
+            out.append(("Syncthing", 38, [_ymd(r[:8]), r[16:23]]))
+    if s.startswith("_conflict-"):
+        r = s[10:]
+        if len(r) >= 15 and _digits(r[:8]) and r[8] == "-" and _digits(r[9:15]):
+            out.append(("ownCloud", 25, [_ymd(r[:8])]))
+    if s.startswith(" ("):
+        close = _paren_end(s[2:])
+        if close is not None:
+            inner, length = s[2:2 + close], 2 + close + 1
+            if "'s conflicted copy " in inner:
+                who, rest = inner.split("'s conflicted copy ", 1)
+                if " (" in rest:
+                    date, n = rest.split(" (", 1)
+                    n = n[:-1] if n.endswith(")") else None
+                else:
+                    date, n = rest, ""
+                if _is_date(date) and n is not None and (n == "" or _digits(n)):
+                    out.append(("Dropbox", length, [date, who if n == "" else f"{who} {n}"]))
+            elif inner.startswith("conflicted copy "):
+                rest = inner[16:]
+                user, dt = rest[:-17], rest[-17:]
+                if (len(rest) >= 17 and _is_date(dt[:10]) and dt[10] == " "
+                        and len(dt[11:]) == 6 and _digits(dt[11:])
+                        and (user.endswith(" ") or user == "")):
+                    out.append(("Nextcloud", length, [dt[:10]] + ([user[:-1]] if user else [])))
+            elif _digits(inner):
+                out.append(("numbered", length, [inner]))
+    if s.startswith(".Conflict"):
+        r = s[9:]
+        spaced = r.startswith(" ")
+        n = r[1:] if spaced else r
+        nd = len(n) - len(n.lstrip("0123456789"))
+        if not (spaced and nd == 0):
+            out.append(("Resilio", 9 + spaced + nd, [n[:nd]] if nd else []))
+    if s.startswith("-"):
+        host = 0
+        while 1 + host < len(s) and s[1 + host] in HOST_CHARS:
+            host += 1
+        if host:
+            out.append(("OneDrive", 1 + host, [s[1:1 + host]]))
+    return out
+
+
+def conflict_readings(name: bytes):
+    """Every reading of backing name `name` as a conflict copy: (original backing name, LABEL),
+    positions from the left, then markers in the order of section 2.1."""
+    try:
+        text = name.decode("utf-8")
+    except UnicodeDecodeError:
+        return
+    for at in range(1, len(text)):
+        head, tail = text[:at], text[at:]
+        for client, length, parts in markers(tail):
+            ext = tail[length:]
+            if ext and not (ext.startswith(".") and "." not in ext[1:]):
+                continue
+            if client == "OneDrive" and head.endswith("-"):
+                continue
+            label = " ".join(parts) if parts else client
+            yield (head + ext).encode("utf-8"), label
+
+
+def conflict_tag(name: bytes) -> str:
+    return hashlib.sha256(name).digest()[:3].hex()
+
+
+def shown_conflict_name(plain: bytes, label: str, tag) -> bytes:
+    """`STEM (conflict LABEL[ #TAG])EXT` within 255 bytes (section 2.1)."""
+    dot = plain.rfind(b".")
+    split = dot if dot > 0 and len(plain) - dot <= 16 else len(plain)
+    stem, ext = plain[:split], plain[split:]
+    mark = (" (conflict " + label.replace("/", "_") + (f" #{tag}" if tag else "") + ")").encode()
+    room = max(0, 255 - len(mark) - len(ext))
+    if len(stem) > room:
+        stem = stem[:room]
+        for _ in range(3):
+            try:
+                stem.decode("utf-8")
+                break
+            except UnicodeDecodeError:
+                stem = stem[:-1]
+    return stem + mark + ext
+
+
+def is_dir_id_copy(name: bytes) -> bool:
+    """Section 9.2: a sync client's copy of `cloakfs.dirid`."""
+    return name.startswith(b"cloakfs") and name != b"cloakfs.dirid" and b"dirid" in name
+
+
+def dir_id_copies(backing: bytes, listing, main: bytes):
+    """Section 9.2: the other IDs of a directory, [(copy's file name, ID)] in the order tried."""
+    out = []
+    for name in listing:  # sorted
+        if not is_dir_id_copy(name):
+            continue
+        try:
+            data = read_regular(os.path.join(backing, name), "copy of cloakfs.dirid")
+        except OSError:
+            continue
+        except VolumeError:
+            continue
+        if len(data) == 16 and data != main and all(data != d for _, d in out):
+            out.append((name, data))
+    return out
+
+
+def dir_id_copy_label(name: bytes) -> str:
+    """Section 9.2: LABEL of the entries named under ID-file copy `name` that are shown under a
+    conflict name: its reading as a copy of `cloakfs.dirid`, else its tag."""
+    for original, label in conflict_readings(name):
+        if original == b"cloakfs.dirid":
+            return label
+    return conflict_tag(name)
+
+
+def list_names(vol: "Volume", backing: bytes, dir_id: bytes, root: bool):
+    """The entries of backing directory `backing` (ID `dir_id`) with the names they are listed
+    under (sections 2.1, 9.2): [(backing name, plaintext name)] in backing name order."""
+    listing = sorted(os.listdir(backing))
+    lmax = vol.c.long_name_max
+
+    def sidecar(entry: bytes) -> bytes:
+        return long_name_text(os.path.join(backing, entry + b".name"), entry, lmax)
+
+    def sidecar_or_copy(entry: bytes) -> bytes:
+        """A long original's full name: from its sidecar, or else from a conflict copy of it."""
+        try:
+            return sidecar(entry)
+        except (VolumeError, OSError) as e:
+            first = e
+        side = entry + b".name"
+        for n in listing:
+            if n != side and n.startswith(entry) and any(
+                    o == side for o, _ in conflict_readings(n)):
+                try:
+                    return long_name_text(os.path.join(backing, n), entry, lmax)
+                except (VolumeError, OSError):
+                    pass
+        raise VolumeError(str(first))
+
+    def is_long_entry(name: bytes) -> bool:
+        return classify(name) == "long" and len(name) == len(b"cloakfs.long.") + 43
+
+    def as_copy(entry: bytes, under: bytes):
+        """Section 2.1: the first accepted reading of `entry` as a conflict copy of a name under
+        directory ID `under`."""
+        for original, label in conflict_readings(entry):
+            kind = classify(original)
+            if kind == "internal" or (kind == "long" and not is_long_entry(original)):
+                continue
+            try:
+                return label, open_name(vol, under, original, sidecar_or_copy)
+            except (VolumeError, OSError):
+                continue
+        return None
+
+    others = [] if root else dir_id_copies(backing, listing, dir_id)
+    named = {}       # backing name -> plaintext name, under the directory's ID
+    pending = []     # (backing name, error): did not decrypt under it (error None: internal)
+    for entry in listing:
+        where = os.path.join(backing, entry).decode("utf-8", "replace")
+        if classify(entry) == "internal":
+            pending.append((entry, None))
+            continue
+        try:
+            named[entry] = open_name(vol, dir_id, entry, sidecar)
+        except VolumeError as e:
+            pending.append((entry, EntryError(f"{where}: {e}")))
+        except OSError as e:
+            pending.append((entry, EntryError(f"{where}: {e}")))
+    copies = []      # (backing name, LABEL, original's plaintext name): shown as conflicts
+    under = []       # (index of the ID-file copy, backing name, plaintext name)
+    for entry, error in pending:
+        reading = as_copy(entry, dir_id)
+        if reading is not None:
+            copies.append((entry, reading[0], reading[1]))
+            continue
+        opened = False
+        for k, (_, other) in enumerate(others if error is not None else []):
+            try:
+                under.append((k, entry, open_name(vol, other, entry, sidecar)))
+                opened = True
+                break
+            except (VolumeError, OSError):
+                continue
+        if opened:
+            continue
+        # A copy of an entry named under an other ID.
+        reading = next((r for r in (as_copy(entry, other) for _, other in others) if r), None)
+        if reading is not None:
+            copies.append((entry, reading[0], reading[1]))
+        elif error is not None:
+            raise error
+    listed = dict(named)
+    taken = set(named.values())
+    for k, entry, plain in sorted(under):
+        if plain in taken:
+            copies.append((entry, dir_id_copy_label(others[k][0]), plain))
+        else:
+            taken.add(plain)
+            listed[entry] = plain
+    anywhere = set(named.values()) | {plain for _, _, plain in under}
+    untagged = [shown_conflict_name(plain, label, None) for _, label, plain in copies]
+    for (entry, label, plain), shown in zip(copies, untagged):
+        tagged = untagged.count(shown) > 1 or shown in anywhere
+        listed[entry] = shown_conflict_name(plain, label, conflict_tag(entry)) if tagged else shown
+    return [(entry, listed[entry]) for entry in listing if entry in listed]
+
+
+def decrypt_dir(vol: Volume, backing: bytes, dir_id: bytes, out: bytes, counts: dict,
+                root: bool = False):
     seen = {}
-    for entry in sorted(os.listdir(backing)):
+    for entry, name in list_names(vol, backing, dir_id, root):
         path = os.path.join(backing, entry)
         where = path.decode("utf-8", "replace")
         try:
-            kind = classify(entry)
-            if kind == "internal":
-                continue
-            if kind == "long":
-                text = read_regular(path + b".name", "long-name sidecar").rstrip()
-                if b"cloakfs.long." + b64(hashlib.sha256(text).digest()).encode() != entry:
-                    raise VolumeError("long-name sidecar does not match its entry")
-                if len(text) <= vol.c.long_name_max:
-                    raise VolumeError("long-name entry for a short encrypted name")
-                enc = text
-            else:
-                if len(entry) > vol.c.long_name_max:
-                    raise VolumeError("encrypted name longer than long_name_max")
-                enc = entry
-            name = vol.decrypt_name(dir_id, enc)
             if name in seen:
-                raise VolumeError(f"two entries decrypt to the same name ({seen[name]!r})")
+                raise VolumeError(f"two entries are listed under one name ({seen[name]!r})")
             seen[name] = entry
             target = os.path.join(out, name)
             st = os.lstat(path)
@@ -832,7 +1093,8 @@ def decrypt_volume(cipherdir: str, config_path: str, secrets: Secrets, outdir: s
     vol = Volume(config, mk)
     vol.root = os.fsencode(cipherdir)
     counts = {"dirs": 0, "files": 0, "symlinks": 0, "special": 0}
-    decrypt_dir(vol, os.fsencode(cipherdir), config.volume_id, os.fsencode(outdir), counts)
+    decrypt_dir(vol, os.fsencode(cipherdir), config.volume_id, os.fsencode(outdir), counts,
+                root=True)
     return counts, slot
 
 

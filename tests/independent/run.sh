@@ -96,6 +96,9 @@ expect_refused "long-name sidecar edited" "sed -i 's/^./A/' $long.name"
 expect_refused "symlink target edited" \
     "t=\$(readlink $link); rm $link; ln -s \"A\${t#?}\" $link"
 expect_refused "dirid replaced" "printf 0123456789abcdef > $sub/cloakfs.dirid"
+expect_refused "name edited in a directory with a copy of its ID file" \
+    "printf 0123456789abcdef > $sub/cloakfs.sync-conflict-20261128-101010-4CTITOD.dirid
+     mv -- $sub/$inner $sub/${inner%?}A"
 printf 'wrong passphrase\n' > "$tmp/wrongpass"
 expect_refused "wrong passphrase" ":" --passfile "$tmp/wrongpass"
 
@@ -315,5 +318,109 @@ fi
 python3 "$decrypt" --passfile "$real/pass" "$real/adopted" "$real/adopted-out" >/dev/null
 diff -r --no-dereference "$aplain" "$real/adopted-out"
 echo "run.sh: a converted adopted tree decrypts to the tree it held"
+
+# 9. A volume in a sync folder (FORMAT.md 2.1 and 9.2), left as Syncthing leaves it when two
+# devices changed the same places while apart (device a's versions lose, with Syncthing's
+# names): the directory docs made on both with random IDs (as cloakfs made them before derived
+# IDs), so a's cloakfs.dirid is renamed beside b's and the two sides' entries merged, a name
+# made on both sides; files and a long name edited on both, a's versions renamed to conflict
+# copies (Syncthing's naming, and Dropbox's, Nextcloud's, OneDrive's, Resilio's); a long name
+# left only as a copy, with a copy of its sidecar; a file that already has a copy's shown name;
+# a copy of a file named under a's ID. The decryptor gives the tree `cloakfs export` gives, under the names
+# FORMAT.md says.
+sync="$tmp/sync"
+mkdir -p "$sync"
+stem=$(printf 'a-long-report-name-%.0s' 1 2 3 4 5 6 7 8 9 10)
+"$cloakfs" init --passfile "$real/pass" --kdf-memory 64 --kdf-iterations 1 "$sync/a" >/dev/null
+"$cloakfs" mount --passfile "$real/pass" "$sync/a" "$mnt"
+for f in report.txt notes.md plan photo.jpg todo.txt "$stem.txt"; do echo first >"$mnt/$f"; done
+echo "only copy" >"$mnt/${stem}2.md"
+echo "a real file" >"$mnt/report (conflict 2026-11-28 4CTITOD).txt"
+"$cloakfs" unmount "$mnt"
+cp -a "$sync/a" "$sync/b"
+for side in a b; do
+    CLOAKFS_TEST_RANDOM_DIR_IDS=1 "$cloakfs" mount --passfile "$real/pass" "$sync/$side" "$mnt"
+    mkdir "$mnt/docs"
+    for i in 0 1 2; do echo "$side$i" >"$mnt/docs/$side$i.txt"; done
+    echo "from $side" >"$mnt/docs/same.txt"
+    for f in report.txt notes.md plan photo.jpg todo.txt; do echo "edit on $side" >"$mnt/$f"; done
+    echo "long edit on $side" >"$mnt/$stem.txt"
+    "$cloakfs" unmount "$mnt"
+done
+backing() { basename "$("$cloakfs" name --passfile "$real/pass" "$sync/b" "$1" 2>/dev/null)"; }
+docs=$(backing docs)
+long1=$(backing "$stem.txt") long2=$(backing "${stem}2.md")
+if cmp -s "$sync/a/$docs/cloakfs.dirid" "$sync/b/$docs/cloakfs.dirid"; then
+    echo "run.sh: FAIL: the two devices' docs have one ID: no conflict to decrypt" >&2
+    exit 1
+fi
+st=sync-conflict-20261128-101010-4CTITOD
+merged="$sync/a"
+mv "$merged/$docs/cloakfs.dirid" "$merged/$docs/cloakfs.sync-conflict-20261128-151500-4CTITOD.dirid"
+cp -a "$sync/b/$docs/." "$merged/$docs/"
+# A conflict copy of a file named under a's ID, now the ID file's copy's (found by cloakfs name).
+a0=$(basename "$("$cloakfs" name --passfile "$real/pass" "$merged" docs/a0.txt 2>/dev/null)")
+cp -p "$merged/$docs/$a0" "$merged/$docs/$a0.$st"
+conflict() { # plaintext name, client's marker: b's version is kept, a's becomes the copy
+    b=$(backing "$1")
+    mv "$merged/$b" "$merged/$b$2"
+    cp -a "$sync/b/$b" "$merged/"
+}
+conflict report.txt ".$st"
+conflict notes.md " (Ann's conflicted copy 2026-11-28)"
+conflict plan " (conflicted copy bob 2026-11-28 101010)"
+conflict photo.jpg -LAPTOP-7
+conflict todo.txt .Conflict
+mv "$merged/$long1" "$merged/cloakfs.long.$st.${long1#cloakfs.long.}"
+cp -a "$sync/b/$long1" "$merged/"
+mv "$merged/$long2" "$merged/cloakfs.long.$st.${long2#cloakfs.long.}"
+mv "$merged/$long2.name" "$merged/$long2.$st.name"
+"$cloakfs" export --passfile "$real/pass" "$merged" "$sync/export" >/dev/null
+python3 "$decrypt" --passfile "$real/pass" "$merged" "$sync/out" >/dev/null
+diff -r --no-dereference "$sync/export" "$sync/out"
+# The names, the tag (6 hex digits of SHA-256 of a backing name) written as TAG.
+(cd "$sync/out" && find . -mindepth 1 | LC_ALL=C sort | sed 's/ #[0-9a-f]\{6\})/ #TAG)/') \
+    >"$sync/names"
+LC_ALL=C sort >"$sync/expected" <<EOF
+./$stem (conflict 2026-11-28 4CTITOD).txt
+./$stem.txt
+./${stem}2 (conflict 2026-11-28 4CTITOD).md
+./docs
+./docs/a0 (conflict 2026-11-28 4CTITOD).txt
+./docs/a0.txt
+./docs/a1.txt
+./docs/a2.txt
+./docs/b0.txt
+./docs/b1.txt
+./docs/b2.txt
+./docs/same (conflict 2026-11-28 4CTITOD).txt
+./docs/same.txt
+./notes (conflict 2026-11-28 Ann).md
+./notes.md
+./photo (conflict LAPTOP-7).jpg
+./photo.jpg
+./plan
+./plan (conflict 2026-11-28 bob)
+./report (conflict 2026-11-28 4CTITOD #TAG).txt
+./report (conflict 2026-11-28 4CTITOD).txt
+./report.txt
+./todo (conflict Resilio).txt
+./todo.txt
+EOF
+diff "$sync/expected" "$sync/names"
+out="$sync/out"
+for check in "docs/same.txt:from b" "docs/same (conflict 2026-11-28 4CTITOD).txt:from a" \
+    "docs/a0 (conflict 2026-11-28 4CTITOD).txt:a0" "report.txt:edit on b" "report (conflict 2026-11-28 4CTITOD).txt:a real file" \
+    "notes (conflict 2026-11-28 Ann).md:edit on a" "plan (conflict 2026-11-28 bob):edit on a" \
+    "photo (conflict LAPTOP-7).jpg:edit on a" "todo (conflict Resilio).txt:edit on a" \
+    "$stem.txt:long edit on b" "$stem (conflict 2026-11-28 4CTITOD).txt:long edit on a" \
+    "${stem}2 (conflict 2026-11-28 4CTITOD).md:only copy" \
+    "$(cd "$out" && echo report\ \(conflict\ 2026-11-28\ 4CTITOD\ \#*):edit on a"; do
+    [ "$(cat "$out/${check%%:*}")" = "${check#*:}" ] || {
+        echo "run.sh: FAIL: ${check%%:*} does not hold \"${check#*:}\"" >&2
+        exit 1
+    }
+done
+echo "run.sh: a volume with sync conflicts (two directory IDs, conflict copies) decrypts as cloakfs export shows it"
 
 echo "run.sh: all checks passed"

@@ -393,17 +393,28 @@ const ID_COPY: &str = "cloakfs.sync-conflict-20261128-151500-K64EJMH.dirid";
 /// `a.txt` named under the ID now in the copy [`ID_COPY`], then `b.txt` (and whatever
 /// `more` names) under the one in `cloakfs.dirid`. Returns `a.txt`'s backing path.
 fn two_ids(f: &Fixture, more: &[(&str, &[u8])]) -> PathBuf {
+    two_ids_with(f, |_| (), more).0
+}
+
+/// [`two_ids`], where `made_on_a` also makes entries under the copy's ID (whose result is
+/// returned beside `a.txt`'s backing path).
+fn two_ids_with<T>(
+    f: &Fixture,
+    made_on_a: impl FnOnce(&Writer) -> T,
+    more: &[(&str, &[u8])],
+) -> (PathBuf, T) {
     let v = volume(f);
     let w = Writer::new(&v, &f.cipher);
     let docs = w.mkdir(Path::new("docs")).unwrap();
     let a = w.write_file(Path::new("docs/a.txt"), b"made on A").unwrap();
+    let made = made_on_a(&w);
     std::fs::rename(docs.join("cloakfs.dirid"), docs.join(ID_COPY)).unwrap();
     std::fs::write(docs.join("cloakfs.dirid"), [0x5a; 16]).unwrap();
     w.write_file(Path::new("docs/b.txt"), b"made on B").unwrap();
     for (n, data) in more {
         w.write_file(&Path::new("docs").join(n), data).unwrap();
     }
-    a
+    (a, made)
 }
 
 /// `name -d` decrypts a name made under a directory's other ID file and says so; `rekey`
@@ -452,6 +463,196 @@ fn name_and_rekey_on_a_directory_with_two_ids() {
         std::fs::read(dest.join("docs/b.txt")).unwrap(),
         b"made on B"
     );
+}
+
+/// `name` (plaintext path to backing path) finds an entry where the mount does: a name made
+/// under the directory's ID-file copy is that copy's backing entry (and `name` says which
+/// copy), a name taken under both IDs is the one under `cloakfs.dirid`, and the other is
+/// found by the conflict name it is listed under; a path through a directory named under
+/// the copy resolves too.
+#[test]
+fn name_finds_entries_named_under_an_id_files_copy() {
+    let f = Fixture::new();
+    // Named under the copy's ID only: a file, and a directory with a file in it.
+    let (a, (only_a, inner)) = two_ids_with(
+        &f,
+        |w| {
+            let only_a = w.write_file(Path::new("docs/only-a.txt"), b"A").unwrap();
+            w.mkdir(Path::new("docs/sub")).unwrap();
+            (only_a, w.write_file(Path::new("docs/sub/x"), b"x").unwrap())
+        },
+        &[("a.txt", b"made on B too")],
+    );
+    let v = volume(&f);
+    let b = Writer::new(&v, &f.cipher)
+        .backing(Path::new("docs/a.txt"))
+        .unwrap();
+    let name = |plain: &str| {
+        let out = run(&f, &["name", s(&f.cipher), plain]);
+        assert!(out.status.success(), "{plain}: {}", stderr(&out));
+        let err = stderr(&out);
+        (
+            PathBuf::from(String::from_utf8(out.stdout).unwrap().trim_end()),
+            err,
+        )
+    };
+    let (got, err) = name("docs/only-a.txt");
+    assert_eq!(got, only_a);
+    assert!(err.contains(ID_COPY), "{err}");
+    assert_eq!(name("docs/sub/x").0, inner);
+    assert_eq!(name("docs/a.txt").0, b);
+    let (got, err) = name("docs/a (conflict 2026-11-28 K64EJMH).txt");
+    assert_eq!(got, a);
+    assert!(err.contains(ID_COPY), "{err}");
+    // The mount reads the same entries under those names.
+    let m = f.mounted(&[]);
+    assert_eq!(std::fs::read(f.mnt.join("docs/only-a.txt")).unwrap(), b"A");
+    assert_eq!(std::fs::read(f.mnt.join("docs/sub/x")).unwrap(), b"x");
+    m.unmount();
+}
+
+/// The mount logs a directory with several IDs, and each conflict copy, the first time it
+/// meets them: one line each in its log after lookups and listings, whichever comes first.
+#[test]
+fn a_directory_with_several_ids_and_a_conflict_copy_are_logged_once() {
+    let f = Fixture::new();
+    two_ids(&f, &[]);
+    make_conflict(
+        &f,
+        "docs/b.txt",
+        b"edit on A",
+        Some(b"made on B"),
+        syncthing,
+        false,
+    );
+    let log = f.tmp.path().join("mount.log");
+    // Nothing cached by the kernel: every lookup and listing reaches the mount.
+    let m = f.mounted(&["--cache-timeout", "0", "--log-file", s(&log)]);
+    let docs = f.mnt.join("docs");
+    let shown = "b (conflict 2026-11-28 4CTITOD).txt";
+    for _ in 0..3 {
+        assert_eq!(std::fs::read(docs.join("a.txt")).unwrap(), b"made on A");
+        assert_eq!(ls(&docs), ["a.txt", shown, "b.txt"]);
+        assert_eq!(std::fs::read(docs.join(shown)).unwrap(), b"edit on A");
+    }
+    m.unmount();
+    let log = std::fs::read_to_string(&log).unwrap();
+    let lines = |what: &str| log.lines().filter(|l| l.contains(what)).count();
+    assert_eq!(lines("directory has several IDs"), 1, "{log}");
+    assert_eq!(lines(ID_COPY), 1, "{log}");
+    assert_eq!(lines("a conflict copy made by Syncthing"), 1, "{log}");
+}
+
+/// `fsck --repair` merging a directory with several IDs keeps its conflict copies where they
+/// were: listed under the same names, with the same contents, before and after.
+#[test]
+fn merging_a_directorys_ids_keeps_its_conflict_copies() {
+    let f = Fixture::new();
+    two_ids(&f, &[]);
+    let long = format!("docs/{}.txt", long_stem());
+    for (plain, sidecar) in [("docs/b.txt", false), (long.as_str(), true)] {
+        make_conflict(&f, plain, b"edit on A", Some(b"kept"), syncthing, sidecar);
+    }
+    make_conflict(
+        &f,
+        "docs/c.txt",
+        b"edit on A",
+        Some(b"kept"),
+        |n| format!("{n} (Ann's conflicted copy 2026-11-28)"),
+        false,
+    );
+    let exported = |dest: &str| {
+        let dest = f.tmp.path().join(dest);
+        let out = run(&f, &["export", s(&f.cipher), s(&dest)]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        ls(&dest.join("docs"))
+            .into_iter()
+            .map(|n| {
+                let data = std::fs::read(dest.join("docs").join(&n)).unwrap();
+                (n, data)
+            })
+            .collect::<Vec<_>>()
+    };
+    let before = exported("before");
+    assert_eq!(before.len(), 7, "{before:?}");
+    run(&f, &["fsck", "--repair", s(&f.cipher)]);
+    let out = run(&f, &["fsck", s(&f.cipher)]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert_eq!(exported("after"), before);
+    let left: Vec<String> = ls(&f.cipher.join(
+        Writer::new(&volume(&f), &f.cipher)
+            .backing(Path::new("docs"))
+            .unwrap(),
+    ))
+    .into_iter()
+    .filter(|n| n.contains("sync-conflict") || n.contains("dirid"))
+    .collect();
+    assert_eq!(
+        left,
+        ["cloakfs.dirid"],
+        "copies of sidecars or ID files left"
+    );
+}
+
+/// A sync client's conflict copy of an entry named under the ID in the ID file's copy (a file
+/// edited on two devices in a directory with two IDs): the mount lists and reads it, and
+/// looks it up by name, `export` and the mount list the same names, and `fsck --repair` keeps
+/// it under that name.
+#[test]
+fn conflict_copies_of_entries_under_an_id_files_copy_are_shown_and_kept() {
+    let f = Fixture::new();
+    let dropbox = |n: &str| format!("{n} (Ann's conflicted copy 2026-11-28)");
+    two_ids_with(
+        &f,
+        |_| {
+            make_conflict(
+                &f,
+                "docs/e.txt",
+                b"edit on A",
+                Some(b"kept"),
+                syncthing,
+                false,
+            );
+            make_conflict(&f, "docs/d.md", b"edit on A", Some(b"kept"), dropbox, false);
+        },
+        &[],
+    );
+    let want = [
+        ("a.txt", &b"made on A"[..]),
+        ("b.txt", b"made on B"),
+        ("d (conflict 2026-11-28 Ann).md", b"edit on A"),
+        ("d.md", b"kept"),
+        ("e (conflict 2026-11-28 4CTITOD).txt", b"edit on A"),
+        ("e.txt", b"kept"),
+    ];
+    let exported = |dest: &str| {
+        let dest = f.tmp.path().join(dest).join("docs");
+        let out = run(&f, &["export", s(&f.cipher), s(dest.parent().unwrap())]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(ls(&dest), want.map(|(n, _)| n));
+        for (n, data) in want {
+            assert_eq!(std::fs::read(dest.join(n)).unwrap(), data, "{n}");
+        }
+    };
+    exported("before");
+    let m = f.mounted(&[]);
+    let docs = f.mnt.join("docs");
+    // By name before any listing, then listed.
+    assert_eq!(std::fs::read(docs.join(want[4].0)).unwrap(), b"edit on A");
+    assert_eq!(ls(&docs), want.map(|(n, _)| n));
+    for (n, data) in want {
+        assert_eq!(std::fs::read(docs.join(n)).unwrap(), data, "{n}");
+    }
+    m.unmount();
+    run(&f, &["fsck", "--repair", s(&f.cipher)]);
+    // Merged (the copies stay copies: their originals are under the merged ID, which here is
+    // the copy's, the one derived for docs).
+    let out = run(&f, &["fsck", s(&f.cipher)]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("several IDs"), "{text}");
+    assert_eq!(text.matches("conflict_copy:").count(), 2, "{text}");
+    exported("after");
 }
 
 /// `rekey` does not convert a sync client's conflict copy (its contents would stay under the

@@ -2,7 +2,7 @@
 //! folder (or lies in one) holds these files beside cloakfs's own, and they say nothing about
 //! the volume; and the conflict copies they make of cloakfs's entries, which are the user's.
 
-use crate::format::names::{self, DirId, EntryKind, NameCodec};
+use crate::format::names::{self, DirId, EntryKind, NameCodec, StoredName};
 
 /// Names a sync client keeps in the root of a synchronized folder: Syncthing (`.stfolder`,
 /// `.stignore`, `.stversions`), Dropbox (`.dropbox`, `.dropbox.cache`), Resilio (`.sync`),
@@ -219,8 +219,10 @@ fn markers(s: &str) -> Vec<Marker> {
                 }
             } else if let Some(rest) = inner.strip_prefix("conflicted copy ") {
                 // Nextcloud: (conflicted copy [USER ]YYYY-MM-DD HHMMSS)
+                // The date and time are the last 17 bytes, all ASCII (a name may hold other
+                // text there: no cut inside a character).
                 let rb = rest.as_bytes();
-                if rb.len() >= 17 {
+                if rb.len() >= 17 && rb[rb.len() - 17..].is_ascii() {
                     let (user, dt) = rest.split_at(rest.len() - 17);
                     let dtb = dt.as_bytes();
                     let user = user.strip_suffix(' ');
@@ -342,10 +344,16 @@ pub fn shown_conflict_name(plain: &[u8], copy: &ConflictCopy, tag: Option<&str>)
     }
     label.push(')');
     let room = 255usize.saturating_sub(label.len() + ext.len());
-    let mut stem = &stem[..stem.len().min(room)];
-    // Cut on a character boundary where the stem is text.
-    while !stem.is_empty() && std::str::from_utf8(stem).is_err() && stem.len() + 3 > room {
-        stem = &stem[..stem.len() - 1];
+    let mut stem = stem;
+    if stem.len() > room {
+        stem = &stem[..room];
+        // Cut on a character boundary where the stem is text: up to 3 more bytes.
+        for _ in 0..3 {
+            if stem.is_empty() || std::str::from_utf8(stem).is_ok() {
+                break;
+            }
+            stem = &stem[..stem.len() - 1];
+        }
     }
     let mut out = stem.to_vec();
     out.extend_from_slice(label.as_bytes());
@@ -442,6 +450,61 @@ pub fn dir_id_copy_reading(name: &str) -> ConflictCopy {
         })
 }
 
+/// Where a reader finds plaintext `name` in a directory: the backing name it looks up, and
+/// which of the directory's IDs names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Located {
+    /// The backing entry (for a conflict copy, its own backing name as a short name: a copy
+    /// has no sidecar of its own).
+    pub stored: StoredName,
+    /// Under which ID-file copy's ID (an index into the `others` given) the entry is named,
+    /// if not under the directory's ID; None also for a conflict copy.
+    pub under_copy: Option<usize>,
+    /// The entry listed under `name` as a conflict name, if that is what `name` is.
+    pub conflict: Option<ShownConflict>,
+}
+
+/// Where plaintext `name` of a directory is, as the mount's lookup finds it (FORMAT.md
+/// sections 2.1 and 9.2): its stored form under the directory's ID `main` if that `exists`,
+/// else under the first of the ID-file copies' IDs `others` (in their order) under which it
+/// exists, else the entry listed under `name` as a conflict name (`conflicts`, worked out
+/// only for a name of the shown shape that is found nowhere else). A name found nowhere is
+/// its stored form under `main` (where a new entry of that name goes).
+pub fn locate(
+    codec: &NameCodec,
+    main: &DirId,
+    others: &[DirId],
+    name: &[u8],
+    exists: impl Fn(&str) -> bool,
+    conflicts: impl FnOnce() -> std::collections::BTreeMap<String, ShownConflict>,
+) -> crate::error::Result<Located> {
+    let stored = codec.encrypt(main, name)?;
+    let at = |stored, under_copy| Located {
+        stored,
+        under_copy,
+        conflict: None,
+    };
+    if exists(stored.backing()) {
+        return Ok(at(stored, None));
+    }
+    for (k, id) in others.iter().enumerate() {
+        let s = codec.encrypt(id, name)?;
+        if exists(s.backing()) {
+            return Ok(at(s, Some(k)));
+        }
+    }
+    if has_shown_conflict_shape(name) {
+        if let Some((backing, c)) = conflicts().into_iter().find(|(_, c)| c.shown == name) {
+            return Ok(Located {
+                stored: StoredName::Short(backing),
+                under_copy: None,
+                conflict: Some(c),
+            });
+        }
+    }
+    Ok(at(stored, None))
+}
+
 /// Every entry of a backing directory that is listed under a conflict name, by backing name
 /// (FORMAT.md section 2.1, "Conflict copies", and section 9.2). `main` is the directory's ID
 /// (from `cloakfs.dirid`), `others` its ID-file copies (name and ID, sorted by name, without
@@ -453,7 +516,8 @@ pub fn dir_id_copy_reading(name: &str) -> ConflictCopy {
 /// ([`conflict_tag`] of the backing name) where an entry of the directory has it as its
 /// plaintext name or another entry here would be shown under it too. An entry named under an
 /// ID-file copy is shown under its own name unless an entry named under `main`, or under an
-/// earlier copy in `others`, has that name.
+/// earlier copy in `others`, has that name. A conflict copy's original is looked for under
+/// `main`, and, where an entry does not open under any ID, under each of `others`.
 pub fn conflicts_in_dir(
     codec: &NameCodec,
     main: &DirId,
@@ -501,6 +565,14 @@ pub fn conflicts_in_dir(
             .find_map(|(k, (_, id))| open(codec, id, b, &mut sidecar).map(|p| (k, p)))
         {
             under_others.push((k, b, plain));
+            continue;
+        }
+        // A copy of an entry named under an ID-file copy's ID.
+        if let Some((copy, plain)) = others
+            .iter()
+            .find_map(|(_, id)| open_conflict_copy(codec, id, b, &mut sidecar))
+        {
+            found.push((b, copy, plain));
         }
     }
     // The first ID that has a name keeps it, as a lookup finds it.
@@ -821,6 +893,36 @@ mod tests {
             shown_conflict_name(b".bashrc", &cc, None),
             b".bashrc (conflict 2026-11-28 4CTITOD)"
         );
+    }
+
+    #[test]
+    fn names_with_other_text_where_a_date_may_be_are_read_without_a_panic() {
+        // A Nextcloud-shaped marker whose last 17 bytes start inside a character.
+        for n in [
+            "abc (conflicted copy \u{fc}2026-11-28 10101)",
+            "abc (conflicted copy 2026-11-2\u{fc} 10101)",
+        ] {
+            assert!(
+                conflict_readings(n)
+                    .iter()
+                    .all(|c| c.client != SyncClient::Nextcloud),
+                "{n}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_a_stem_that_was_cut_is_cut_back_to_a_character_boundary() {
+        let cc = conflict_readings("x.sync-conflict-20261128-101010-4CTITOD").remove(0);
+        let label = " (conflict 2026-11-28 4CTITOD)".len();
+        // Not text, and it fits exactly: kept whole.
+        let stem = vec![0xff; 255 - label];
+        assert_eq!(shown_conflict_name(&stem, &cc, None).len(), 255);
+        // Text cut inside a 2-byte character: the half character goes.
+        let stem = "\u{e9}".repeat(200);
+        let shown = shown_conflict_name(stem.as_bytes(), &cc, None);
+        assert_eq!(shown.len(), 254);
+        assert!(std::str::from_utf8(&shown).is_ok());
     }
 
     use super::*;

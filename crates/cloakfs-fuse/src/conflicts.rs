@@ -5,7 +5,7 @@
 
 use crate::fs::CloakFs;
 use crate::inode::Inode;
-use crate::sys;
+use crate::sys::{self, Res};
 use cloakfs_core::format::names::{self, DirId, StoredName};
 use cloakfs_core::sync_folder::{self, ConflictCopy, ShownConflict};
 use rustix::fd::BorrowedFd;
@@ -31,6 +31,19 @@ impl CloakFs {
     ) -> Option<Vec<u8>> {
         let backing = std::str::from_utf8(backing).ok()?;
         let (copy, _) = self.open_conflict(id, dfd, backing)?;
+        self.note_conflict_copy(dir, dfd, backing, &copy);
+        let conflicts = cache.get_or_insert_with(|| self.conflicts_of(id, dfd));
+        conflicts.get(backing).map(|c| c.shown.clone())
+    }
+
+    /// Logs conflict copy `backing` of `dir` the first time this mount lists it.
+    pub(crate) fn note_conflict_copy(
+        &self,
+        dir: &Inode,
+        dfd: BorrowedFd<'_>,
+        backing: &str,
+        copy: &ConflictCopy,
+    ) {
         if self.first_report(dir.nodeid, backing.as_bytes()) {
             tracing::warn!(
                 "{}/{backing}: a conflict copy made by {}; listed under a name with \"(conflict ...)\"",
@@ -38,31 +51,28 @@ impl CloakFs {
                 copy.client.label()
             );
         }
-        let conflicts = cache.get_or_insert_with(|| self.conflicts_of(id, dfd));
-        conflicts.get(backing).map(|c| c.shown.clone())
     }
 
-    /// Where shown name `name` of `dir` is a conflict copy and no entry has that name
-    /// itself, the copy's backing entry (as a short stored name: a copy has no sidecar of
-    /// its own to keep in step); else `stored`, the name's own stored form.
-    pub(crate) fn or_conflict_copy(
-        &self,
-        dir: &Inode,
-        name: &OsStr,
-        stored: StoredName,
-    ) -> StoredName {
-        if !sync_folder::has_shown_conflict_shape(name.as_bytes())
-            || rustix::fs::statat(dir.fd(), stored.backing(), AtFlags::SYMLINK_NOFOLLOW).is_ok()
-        {
-            return stored;
-        }
-        let Ok(id) = self.dir_id(dir) else {
-            return stored;
-        };
-        self.conflicts_of(&id, dir.fd())
-            .into_iter()
-            .find(|(_, c)| c.shown == name.as_bytes())
-            .map_or(stored, |(backing, _)| StoredName::Short(backing))
+    /// The stored form under which plaintext `name` of `dir` is found, as every reader
+    /// finds it (`cloakfs_core::sync_folder::locate`): under the directory's ID, else under
+    /// the first ID-file copy's ID it exists under (costs nothing in a directory known to
+    /// have no copies), else the conflict copy listed under `name` (a scan of the directory,
+    /// only for a name of the shown shape found nowhere else), else its stored form under
+    /// the directory's ID.
+    pub(crate) fn locate(&self, dir: &Inode, name: &OsStr) -> Res<StoredName> {
+        let id = self.dir_id(dir)?;
+        let others = dir.dir_id.others().unwrap_or_default();
+        let exists = |b: &str| rustix::fs::statat(dir.fd(), b, AtFlags::SYMLINK_NOFOLLOW).is_ok();
+        sync_folder::locate(
+            self.volume.names(),
+            &id,
+            &others,
+            name.as_bytes(),
+            exists,
+            || self.conflicts_of(&id, dir.fd()),
+        )
+        .map(|l| l.stored)
+        .map_err(|e| fuser::Errno::from_i32(e.errno()))
     }
 
     /// The entries of directory `dfd` (ID `id`) shown under conflict names, by one scan of

@@ -269,6 +269,17 @@ impl CloakFs {
                     if !adopted && cloakfs_core::sync_folder::is_dir_id_copy(raw) {
                         copies.push(raw.to_vec());
                     }
+                    // Looked at again once the directory's other IDs are known.
+                    if !adopted && id.is_some() {
+                        undecryptable.push(crate::dir_id_copies::Unnamed {
+                            at: out.len(),
+                            raw: raw.to_vec(),
+                            why: None,
+                            ino: ent.ino(),
+                            file_type: ent.file_type(),
+                            next,
+                        });
+                    }
                     continue;
                 }
                 Classified::Encrypted(p) => {
@@ -296,7 +307,7 @@ impl CloakFs {
                     undecryptable.push(crate::dir_id_copies::Unnamed {
                         at: out.len(),
                         raw: raw.to_vec(),
-                        why,
+                        why: Some(why),
                         ino: ent.ino(),
                         file_type: ent.file_type(),
                         next,
@@ -334,10 +345,14 @@ impl CloakFs {
             dev,
             &mut conflicts,
         );
+        let mut undecryptable_count = 0;
         for u in &undecryptable {
-            self.warn_bad_name(dir, &u.raw, u.why);
+            if let Some(why) = u.why {
+                self.warn_bad_name(dir, &u.raw, why);
+                undecryptable_count += 1;
+            }
         }
-        let undecryptable = undecryptable.len();
+        let undecryptable = undecryptable_count;
         if from == 0 && decrypted == 0 && undecryptable > 0 {
             // Not an empty listing: that is what a volume whose config was replaced would
             // show, and the user must see that something is wrong.

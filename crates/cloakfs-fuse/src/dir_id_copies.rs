@@ -13,21 +13,22 @@ use crate::dir::ListEntry;
 use crate::fs::CloakFs;
 use crate::inode::Inode;
 use crate::sys::{self, errno, Res};
-use cloakfs_core::format::names::{Classified, DirId, StoredName};
+use cloakfs_core::format::names::{Classified, DirId, DIRID_FILE};
 use cloakfs_core::sync_folder::is_dir_id_copy;
 use cloakfs_core::tools::paths::{parse_dir_id, DIRID_LEN};
 use rustix::fd::{AsFd, BorrowedFd};
 use rustix::fs::{AtFlags, RawDir};
-use std::ffi::{OsStr, OsString};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
 
-/// A listed backing entry whose name does not decrypt under the directory's ID.
+/// A listed backing entry whose name does not decrypt under the directory's ID, or an
+/// internal one (which may be a conflict copy of an entry named under an ID-file copy's ID).
 pub(crate) struct Unnamed {
     /// Where in the listing it belongs.
     pub at: usize,
     pub raw: Vec<u8>,
-    /// Why it is not named under the main ID.
-    pub why: &'static str,
+    /// Why it is not named under the main ID (None: an internal name, never reported).
+    pub why: Option<&'static str>,
     pub ino: u64,
     pub file_type: rustix::fs::FileType,
     pub next: u64,
@@ -82,12 +83,36 @@ impl CloakFs {
                 copies.push(raw.to_vec());
             }
         }
-        let ids: Vec<DirId> = Self::read_dir_id_copies(rfd.as_fd(), &copies, Some(&main))
-            .into_iter()
-            .map(|(_, id)| id)
-            .collect();
+        let copies = Self::read_dir_id_copies(rfd.as_fd(), &copies, Some(&main));
+        Ok(self.remember_dir_id_copies(dir, rfd.as_fd(), copies))
+    }
+
+    /// Remembers the IDs of `dir`'s ID-file copies `copies` (as read by
+    /// [`Self::read_dir_id_copies`]) for lookups, and logs the first time this mount meets the
+    /// directory with these copies (not at each listing or lookup).
+    fn remember_dir_id_copies(
+        &self,
+        dir: &Inode,
+        dfd: BorrowedFd<'_>,
+        copies: Vec<(String, DirId)>,
+    ) -> Vec<DirId> {
+        let ids: Vec<DirId> = copies.iter().map(|(_, id)| *id).collect();
         dir.dir_id.set_others(ids.clone());
-        Ok(ids)
+        if copies.is_empty() {
+            return ids;
+        }
+        let names: Vec<&str> = copies.iter().map(|(n, _)| n.as_str()).collect();
+        let key = [b"dirid copies:".as_slice(), names.join("/").as_bytes()].concat();
+        if self.first_report(dir.nodeid, &key) {
+            tracing::warn!(
+                "{}: directory has several IDs (a sync client's {} of its {DIRID_FILE}: two \
+                 devices gave it different IDs); the entries named under them are listed too, \
+                 new ones are named under {DIRID_FILE}; `cloakfs fsck --repair` merges them",
+                sys::describe(dfd),
+                names.join(", ")
+            );
+        }
+        ids
     }
 
     /// Decrypts backing name `raw` of directory `dir` under one of `others` (its ID-file
@@ -108,31 +133,6 @@ impl CloakFs {
                 _ => None,
             }
         })
-    }
-
-    /// Where plaintext `name` of `dir`, stored as `main` under the directory's ID, is: under
-    /// another of its IDs if `main` is absent and an entry of that name exists there. Costs
-    /// nothing in a directory known to have no ID-file copies.
-    pub(crate) fn find_under_copies(
-        &self,
-        dir: &Inode,
-        name: &OsStr,
-        main: StoredName,
-    ) -> StoredName {
-        let Some(others) = dir.dir_id.others().filter(|o| !o.is_empty()) else {
-            return main;
-        };
-        let exists = |s: &StoredName| {
-            rustix::fs::statat(dir.fd(), s.backing(), AtFlags::SYMLINK_NOFOLLOW).is_ok()
-        };
-        if exists(&main) {
-            return main;
-        }
-        others
-            .iter()
-            .filter_map(|id| self.volume.names().encrypt(id, name.as_bytes()).ok())
-            .find(exists)
-            .unwrap_or(main)
     }
 
     /// After a lookup miss in `dir`: whether it has ID-file copies not yet known (one scan,
@@ -159,12 +159,8 @@ impl CloakFs {
         conflicts: &mut Option<crate::conflicts::Conflicts>,
     ) -> usize {
         let others = if from == 0 {
-            let ids: Vec<DirId> = Self::read_dir_id_copies(dfd, copies, main)
-                .into_iter()
-                .map(|(_, id)| id)
-                .collect();
-            dir.dir_id.set_others(ids.clone());
-            ids
+            let copies = Self::read_dir_id_copies(dfd, copies, main);
+            self.remember_dir_id_copies(dir, dfd, copies)
         } else {
             self.other_dir_ids(dir).unwrap_or_default()
         };
@@ -178,9 +174,24 @@ impl CloakFs {
         let mut taken: std::collections::HashSet<OsString> =
             out.iter().map(|e| e.name.clone()).collect();
         unnamed.retain(|u| {
-            let plain = self.decrypt_under_others(&others, &u.raw, |b| Self::read_sidecar(dfd, b));
+            let plain = u.why.and_then(|_| {
+                self.decrypt_under_others(&others, &u.raw, |b| Self::read_sidecar(dfd, b))
+            });
             let Some(p) = plain else {
-                return true;
+                // A conflict copy of an entry named under an ID-file copy's ID.
+                let copy = main.and_then(|id| {
+                    let conflicts = conflicts.get_or_insert_with(|| self.conflicts_of(id, dfd));
+                    conflicts.get(std::str::from_utf8(&u.raw).ok()?).cloned()
+                });
+                let Some(c) = copy else {
+                    return true;
+                };
+                let backing = String::from_utf8_lossy(&u.raw);
+                self.note_conflict_copy(dir, dfd, &backing, &c.copy);
+                if taken.insert(OsString::from_vec(c.shown.clone())) {
+                    named.push((u.at, c.shown, u.raw.clone(), u.ino, u.file_type, u.next));
+                }
+                return false;
             };
             let shown = main.and_then(|id| {
                 let conflicts = conflicts.get_or_insert_with(|| self.conflicts_of(id, dfd));

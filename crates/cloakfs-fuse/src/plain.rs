@@ -182,12 +182,8 @@ impl CloakFs {
     /// collision), else a plaintext entry of that name in an adopted tree.
     pub(crate) fn resolve(&self, dir: &Inode, name: &OsStr) -> Res<Resolved> {
         if !self.adopted() {
-            let stored = self.stored_name(dir, name)?;
-            return Ok(Resolved::Encrypted({
-                // Named under another copy of the directory's ID, or a conflict copy.
-                let stored = self.find_under_copies(dir, name, stored);
-                self.or_conflict_copy(dir, name, stored)
-            }));
+            // Under the directory's ID, another copy of it, or a conflict copy's shown name.
+            return self.locate(dir, name).map(Resolved::Encrypted);
         }
         names::validate_plain(name.as_bytes()).map_err(|e| Errno::from_i32(e.errno()))?;
         let id = self.dir_id_if_any(dir)?;

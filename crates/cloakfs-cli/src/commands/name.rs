@@ -39,6 +39,17 @@ pub fn run(args: NameArgs) -> Result<()> {
     } else {
         let backing = translate::lookup(&volume, &args.cipherdir, &args.path, false)
             .map_err(|e| located(&args.path, e))?;
+        // Which parts of the path are named under a copy of their directory's ID file, as
+        // `name -d` tells it.
+        if backing.symlink_metadata().is_ok() {
+            if let Ok((_, notes)) =
+                translate::decrypt_path_noting(&volume, &args.cipherdir, &backing)
+            {
+                for n in notes {
+                    eprintln!("cloakfs: {n}");
+                }
+            }
+        }
         if let Some(n) = backing.file_name().and_then(|n| n.to_str()) {
             if n.starts_with(LONG_PREFIX) {
                 eprintln!(

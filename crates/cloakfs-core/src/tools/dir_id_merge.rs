@@ -56,8 +56,10 @@ pub fn named_copies(dir: &Path, names: &[OsString], main: &DirId) -> Vec<(String
 /// Merges backing directory `dir` (ID `main`) with its ID-file copies under ID `target`
 /// (`main`, or the ID derived from the parent's and the directory's name: FORMAT.md 9.2, so
 /// that two devices that repair agree): renames every entry to its name under `target` (the
-/// name it is listed under: a name taken under two IDs keeps its conflict name), makes
-/// `target` the directory's ID, then removes the copies. Every entry stays readable at every
+/// name it is listed under: a name taken under two IDs keeps its conflict name, and so does a
+/// sync client's conflict copy, which would not open once `main` is gone), makes `target` the
+/// directory's ID, then removes the ID-file copies (and the copies of long conflict copies'
+/// sidecars, which name nothing any more). Every entry stays readable at every
 /// step: `target` is written as one more copy of the ID file before any entry is renamed under
 /// it. Returns how many entries it renamed.
 pub fn merge(volume: &Volume, dir: &Path, main: &DirId, target: &DirId) -> std::io::Result<usize> {
@@ -95,9 +97,24 @@ pub fn merge(volume: &Volume, dir: &Path, main: &DirId, target: &DirId) -> std::
             .and_then(|n| shown.get(n))
             .map_or_else(|| plain.clone(), |c| c.shown.clone());
         if id != *target || listed != plain {
-            moves.push((name.clone(), plain, id, listed));
+            moves.push((name.clone(), plain, id, listed, false));
         }
     }
+    // A sync client's conflict copy opens only while its original's name does: unless that
+    // is under `target`, it is renamed to the name it is listed under, an entry of its own.
+    for (backing, c) in &shown {
+        let opens_under_target = || {
+            crate::sync_folder::open_conflict_copy(volume.names(), target, backing, |l| {
+                crate::sync_folder::long_name_in(dir, l)
+            })
+            .is_some()
+        };
+        if c.copy.original != DIRID_FILE && !opens_under_target() {
+            let name = OsString::from(backing);
+            moves.push((name, c.original.clone(), *main, c.shown.clone(), true));
+        }
+    }
+    let copies: Vec<OsString> = moves.iter().filter(|m| m.4).map(|m| m.0.clone()).collect();
     if moves.is_empty() && others.is_empty() && main == target {
         return Ok(0);
     }
@@ -117,10 +134,10 @@ pub fn merge(volume: &Volume, dir: &Path, main: &DirId, target: &DirId) -> std::
     while !moves.is_empty() {
         let before = moves.len();
         let mut waiting = Vec::new();
-        for (name, plain, id, listed) in moves {
+        for (name, plain, id, listed, copy) in moves {
             let stored = volume.names().encrypt(target, &listed).map_err(other)?;
             if dir.join(stored.backing()).symlink_metadata().is_ok() {
-                waiting.push((name, plain, id, listed));
+                waiting.push((name, plain, id, listed, copy));
                 continue;
             }
             write_sidecar(dir, &stored).map_err(other)?;
@@ -131,9 +148,10 @@ pub fn merge(volume: &Volume, dir: &Path, main: &DirId, target: &DirId) -> std::
                 dir.join(stored.backing()).as_path(),
                 rustix::fs::RenameFlags::NOREPLACE,
             )?;
-            // The old long name's sidecar, now without its entry.
-            if let StoredName::Long { backing, .. } =
-                volume.names().encrypt(&id, &plain).map_err(other)?
+            // The old long name's sidecar, now without its entry (a copy's original keeps its
+            // own until it moves).
+            if let (StoredName::Long { backing, .. }, false) =
+                (volume.names().encrypt(&id, &plain).map_err(other)?, copy)
             {
                 if backing != stored.backing() {
                     let _ = std::fs::remove_file(dir.join(names::sidecar_name(&backing)));
@@ -148,6 +166,19 @@ pub fn merge(volume: &Volume, dir: &Path, main: &DirId, target: &DirId) -> std::
             )));
         }
         moves = waiting;
+    }
+    // The copies of long copies' sidecars, which name nothing any more.
+    let left: Vec<String> = list(dir)?
+        .into_iter()
+        .filter_map(|n| n.into_string().ok())
+        .collect();
+    for gone in copies.iter().filter_map(|n| n.to_str()) {
+        for side in crate::sync_folder::sidecar_copies_left_by(gone, &left) {
+            match std::fs::remove_file(dir.join(side)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
     }
     std::fs::File::open(dir)?.sync_all()?;
     if target != main {

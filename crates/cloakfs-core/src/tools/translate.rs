@@ -58,7 +58,7 @@ pub fn lookup(
         }
         let (dir, dir_plain) = stack.last().expect("root stays").clone();
         let dir_id = read_dir_id(volume, cipherdir, &dir)?;
-        let stored = volume.names().encrypt(&dir_id, name.as_bytes())?;
+        let stored = locate_in(volume, &dir, &dir_id, stack.len() == 1, name.as_bytes())?;
         let backing = dir.join(stored.backing());
         let child_plain = dir_plain.join(&name);
         let meta = match std::fs::symlink_metadata(&backing) {
@@ -121,6 +121,47 @@ pub fn lookup(
         stack.push((backing, child_plain));
     }
     Ok(stack.last().expect("root stays").0.clone())
+}
+
+/// The stored form of plaintext `name` in backing directory `dir` (ID `dir_id`) under which
+/// the mount finds it (`sync_folder::locate`): under the directory's ID, else, in a directory
+/// with copies of its ID file, under a copy's ID or as an entry listed under a conflict name.
+/// The directory is listed only when the name is not under its ID.
+fn locate_in(
+    volume: &Volume,
+    dir: &Path,
+    dir_id: &names::DirId,
+    is_root: bool,
+    name: &[u8],
+) -> Result<names::StoredName> {
+    let stored = volume.names().encrypt(dir_id, name)?;
+    if dir.join(stored.backing()).symlink_metadata().is_ok() {
+        return Ok(stored);
+    }
+    let listing: Vec<OsString> = match std::fs::read_dir(dir) {
+        Ok(entries) => entries
+            .map(|e| e.map(|e| e.file_name()))
+            .collect::<io::Result<_>>()?,
+        Err(_) => return Ok(stored),
+    };
+    // The root has no `cloakfs.dirid`, so no copies of one (as the walk reads it).
+    let others = if is_root {
+        Vec::new()
+    } else {
+        crate::tools::dir_id_merge::named_copies(dir, &listing, dir_id)
+    };
+    let ids: Vec<names::DirId> = others.iter().map(|(_, id)| *id).collect();
+    let conflicts = || {
+        let strings: Vec<String> = listing
+            .iter()
+            .filter_map(|n| n.to_str().map(str::to_string))
+            .collect();
+        crate::sync_folder::conflicts_in_dir(volume.names(), dir_id, &others, &strings, |long| {
+            crate::sync_folder::long_name_in(dir, long)
+        })
+    };
+    let exists = |b: &str| dir.join(b).symlink_metadata().is_ok();
+    Ok(crate::sync_folder::locate(volume.names(), dir_id, &ids, name, exists, conflicts)?.stored)
 }
 
 /// `backing` as a path relative to `cipherdir` (both made absolute, without resolving the last

@@ -419,7 +419,9 @@ impl<'v> Walker<'v> {
                     .is_some()
                 })
             };
-            if let Some(id) = dir_id.as_ref().filter(|id| is_copy(id)) {
+            // A copy of an entry named under the directory's ID or under an ID-file copy's.
+            let of_any = |main: &&DirId| is_copy(main) || others.iter().any(|(_, id)| is_copy(id));
+            if let Some(id) = dir_id.as_ref().filter(of_any) {
                 let here = conflicts.get_or_insert_with(|| work_out(id));
                 if let Some(e) = conflict_entry(here, &dir, &plain, name) {
                     if e.kind == EntryType::Dir {
