@@ -117,7 +117,11 @@ pub(crate) fn negotiate_except(
         | InitFlags::FUSE_MAX_PAGES
         | InitFlags::FUSE_PARALLEL_DIROPS
         | InitFlags::FUSE_ATOMIC_O_TRUNC
-        | InitFlags::FUSE_ASYNC_DIO
+        // Not FUSE_ASYNC_DIO: with it the kernel queues an AIO O_DIRECT write and returns
+        // before we have written it, having dropped the range's cached pages only before; a
+        // buffered read meanwhile caches the old data, which then outlives the write
+        // (xfstests generic/451). Without it such a write completes before io_submit returns
+        // and the kernel drops the pages again after it, as for any direct write.
         | InitFlags::FUSE_CACHE_SYMLINKS
         // ioctls on directories: `cloakfs encrypt` (ENCRYPT_IOCTL).
         | InitFlags::FUSE_HAS_IOCTL_DIR
