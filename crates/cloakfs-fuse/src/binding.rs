@@ -18,7 +18,7 @@ use fuser::{
     IoctlFlags, KernelConfig, LockOwner, OpenFlags, PollEvents, PollFlags, PollNotifier,
     RenameFlags, ReplyAttr, ReplyBmap, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
     ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLock, ReplyLseek, ReplyOpen, ReplyPoll, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyWrite, ReplyXattr, Request, SetXAttrFlags, TimeOrNow, WriteFlags,
 };
 use rustix::event::{PollFd, PollFlags as PollEventsOf};
 use rustix::fd::OwnedFd;
@@ -552,11 +552,20 @@ impl<F: Filesystem> Filesystem for Bound<F> {
         value: &[u8],
         flags: i32,
         position: u32,
+        setxattr_flags: SetXAttrFlags,
         reply: ReplyEmpty,
     ) {
         admit!(self, req, reply);
-        self.inner
-            .setxattr(req, ino, name, value, flags, position, reply)
+        self.inner.setxattr(
+            req,
+            ino,
+            name,
+            value,
+            flags,
+            position,
+            setxattr_flags,
+            reply,
+        )
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {

@@ -8,7 +8,7 @@ use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
     InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
     ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, SetXAttrFlags, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::path::Path;
@@ -204,11 +204,15 @@ impl Filesystem for CloakFs {
         // objects and cached by the kernel until it sets or drops them, or forgets the node),
         // and stops applying the umask to new objects: it sends the caller's, which the
         // backing file system applies unless the parent has a default ACL (`with_umask`).
+        // With FUSE_SETXATTR_EXT the kernel says when an ACL change must clear set-gid (see
+        // `set_xattr`); a kernel without it (before 5.12) sends no such word.
         let acl = InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK;
         self.posix_acl = self.backing_keeps_acls()
             && config.capabilities().contains(acl)
             && config.add_capabilities(acl).is_ok();
-        if !self.posix_acl {
+        if self.posix_acl {
+            let _ = config.add_capabilities(InitFlags::FUSE_SETXATTR_EXT);
+        } else {
             tracing::info!(
                 "POSIX ACLs are not enforced: the cipher directory's file system does not keep \
                  them, or the kernel does not offer FUSE_POSIX_ACL"
@@ -732,9 +736,13 @@ impl Filesystem for CloakFs {
         value: &[u8],
         flags: i32,
         position: u32,
+        setxattr_flags: SetXAttrFlags,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.set_xattr(ino, name, value, flags, position));
+        reply_empty(
+            reply,
+            self.set_xattr(ino, name, value, flags, position, setxattr_flags),
+        );
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {

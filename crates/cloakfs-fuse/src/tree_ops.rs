@@ -9,7 +9,7 @@ use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
     INodeNo, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
     ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, SetXAttrFlags, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::path::Path;
@@ -586,11 +586,21 @@ impl Filesystem for TreeFs {
         value: &[u8],
         flags: i32,
         position: u32,
+        setxattr_flags: SetXAttrFlags,
         reply: ReplyEmpty,
     ) {
         not_root!(ino, Errno::EACCES, reply);
         let (a, _creds) = route!(self, req, ino, &[WRITE], reply);
-        a.fs.setxattr(req, ino, name, value, flags, position, reply);
+        a.fs.setxattr(
+            req,
+            ino,
+            name,
+            value,
+            flags,
+            position,
+            setxattr_flags,
+            reply,
+        );
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
