@@ -444,7 +444,7 @@ impl Filesystem for CloakFs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -465,7 +465,7 @@ impl Filesystem for CloakFs {
         let r = self.writable().and_then(|()| {
             self.check_size(offset, data.len() as u64)?;
             if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
-                self.kill_suidgid(&inode)?;
+                self.kill_suidgid(req, &inode)?;
             }
             self.coherence.refuse_sqlite_wal_header(offset, data)?;
             // Shared: an O_APPEND write (not a page the kernel writes back) goes to the end

@@ -1702,6 +1702,66 @@ fn fallocate_and_direct_writes_by_others_clear_setuid_and_show_it_at_once() {
 }
 
 #[test]
+fn set_gid_without_group_execute_goes_when_the_writer_is_not_in_the_group() {
+    // xfstests generic/683-685 (tests 1 and 3): another user's fallocate, punch hole, zero
+    // range or write on a 6666 file of root's clears set-gid as well as set-uid, since that
+    // user is not in the file's group; in the group, set-gid stays (ext4's
+    // setattr_should_drop_sgid). In a plain directory on the backing ext4 first.
+    let Some(fs) = mount_for_other_users() else {
+        return;
+    };
+    let plain = fs.tmp.path().join("plain");
+    fs::create_dir(&plain).unwrap();
+    let ops = [
+        ("alloc", "fallocate -o 0 -l 65536"),
+        ("punch", "fallocate -p -o 4096 -l 4096"),
+        ("zero", "fallocate -z -o 0 -l 4096"),
+        (
+            "direct",
+            "dd if=/dev/zero bs=4096 count=1 oflag=direct conv=notrunc status=none of=",
+        ),
+        (
+            "write",
+            "dd if=/dev/zero bs=100 count=1 conv=notrunc status=none of=",
+        ),
+    ];
+    let modes_after = |dir: &Path| -> Vec<(String, String)> {
+        let mut script = String::new();
+        for (name, cmd) in ops {
+            for (file, group) in [(name.to_string(), 0), (format!("{name}.in"), OTHER_USER.1)] {
+                let p = dir.join(&file);
+                fs::write(&p, vec![1u8; 3 * 4096]).unwrap();
+                std::os::unix::fs::chown(&p, Some(0), Some(group)).unwrap();
+                fs::set_permissions(&p, fs::Permissions::from_mode(0o6666)).unwrap();
+                // Cached now, with the bits.
+                assert_eq!(fs::metadata(&p).unwrap().mode() & 0o7777, 0o6666);
+                let sep = if cmd.ends_with('=') { "" } else { " " };
+                script.push_str(&format!("{cmd}{sep}{file} && "));
+            }
+        }
+        script.push_str("true");
+        let mut c = Command::new("sh");
+        std::os::unix::process::CommandExt::uid(&mut c, OTHER_USER.0);
+        std::os::unix::process::CommandExt::gid(&mut c, OTHER_USER.1);
+        assert!(run(c.arg("-c").arg(&script).current_dir(dir)), "{script}");
+        let mut modes = Vec::new();
+        for (name, _) in ops {
+            for file in [name.to_string(), format!("{name}.in")] {
+                let mode = fs::metadata(dir.join(&file)).unwrap().mode() & 0o7777;
+                modes.push((file, format!("{mode:o}")));
+            }
+        }
+        modes
+    };
+    let on_ext4 = modes_after(&plain);
+    for (file, mode) in &on_ext4 {
+        let want = if file.ends_with(".in") { "2666" } else { "666" };
+        assert_eq!(mode, want, "ext4: {file}");
+    }
+    assert_eq!(modes_after(&fs.mnt), on_ext4, "through the mount");
+}
+
+#[test]
 fn a_direct_write_by_the_owner_clears_setuid_and_stat_shows_it_at_once() {
     // xfstests generic/355: the owner's O_DIRECT write clears set-user-ID always and
     // set-group-ID where the group may execute; `stat` right after shows the new mode.
