@@ -205,7 +205,7 @@ impl Filesystem for CloakFs {
         // and stops applying the umask to new objects: it sends the caller's, which the
         // backing file system applies unless the parent has a default ACL (`with_umask`).
         // With FUSE_SETXATTR_EXT the kernel says when an ACL change must clear set-gid (see
-        // `set_xattr`); a kernel without it (before 5.12) sends no such word.
+        // `set_xattr`); a kernel that does not offer it never asks.
         let acl = InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK;
         self.posix_acl = self.backing_keeps_acls()
             && config.capabilities().contains(acl)
