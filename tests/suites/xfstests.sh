@@ -144,7 +144,8 @@ set -e
 cp "$log" "$cache/daemon.log" 2>/dev/null || true
 tail -5 "$cache/check.out"
 
-line() { grep -E "^$1:" "$cache/check.out" | tail -1 | sed -E "s/^$1: *//"; }
+# A line ./check may not print (no Failures: when all passed, no Not run: when all ran): empty.
+line() { grep -E "^$1:" "$cache/check.out" | tail -1 | sed -E "s/^$1: *//" || true; }
 ran=$(line Ran) notrun=$(line 'Not run') failures=$(line Failures)
 [ -n "$ran" ] || { tail -30 "$cache/check.out"; die "./check printed no Ran: line (exit $st)"; }
 count() { wc -w <<<"$1" | tr -d ' '; }

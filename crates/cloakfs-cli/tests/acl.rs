@@ -208,3 +208,57 @@ fn mounted_line(mnt: &Path) -> String {
         .map(str::to_string)
         .unwrap_or_default()
 }
+
+/// xfstests generic/375's steps in `dir`, run by root for a file (`f`) and a directory (`d`)
+/// the owner makes there (group: the owner's): set-gid survives a chmod and a setfacl by the
+/// owner while in the file's group, and goes with each by the owner outside it (the other
+/// user's group alone, no CAP_FSETID); another user's chmod fails. What `stat` shows right
+/// after each.
+fn set_gid_steps(t: &Setup, dir: &Path) -> String {
+    let as_ids = |uid: u32, gid: u32| format!("setpriv --reuid={uid} --regid={gid} --clear-groups");
+    let script = format!(
+        "cd {dir} && {own} touch f && {own} mkdir d && for t in f d; do \
+         echo '*** SGID should remain set (twice)'; \
+         chmod 2755 $t; {own} chmod 2777 $t; stat -c %A $t; \
+         chmod 2755 $t; {own} setfacl -m u::rwx,g::rwx,o::rwx $t; stat -c %A $t; \
+         echo '*** SGID should be cleared (twice)'; \
+         chmod 2755 $t; {outside} chmod 2777 $t; stat -c %A $t; \
+         chmod 2755 $t; {outside} setfacl -m u::rwx,g::rwx,o::rwx $t; stat -c %A $t; \
+         echo '*** Expected failure'; {other} chmod 2777 $t; \
+         done",
+        dir = s(dir),
+        own = as_ids(t.owner.uid, t.owner.gid),
+        outside = as_ids(t.owner.uid, t.other.gid),
+        other = as_ids(t.other.uid, t.other.gid),
+    );
+    let out = std::process::Command::new("sh")
+        .args(["-c", &format!("exec 2>&1; {script}")])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn setfacl_by_an_owner_outside_the_group_clears_set_gid() {
+    // xfstests generic/375: the kernel checks the caller's groups and CAP_FSETID and asks the
+    // daemon to clear set-gid (FUSE_SETXATTR_ACL_KILL_SGID); the backing file system, which
+    // judges by the daemon, would keep it.
+    let t = Setup::new("g", &[]);
+    let plain = set_gid_steps(&t, &t.plain);
+    let expected: String = [("f", "-"), ("d", "d")]
+        .iter()
+        .map(|(name, kind)| {
+            format!(
+                "*** SGID should remain set (twice)\n{kind}rwxrwsrwx\n{kind}rwxrwsrwx\n\
+                 *** SGID should be cleared (twice)\n{kind}rwxrwxrwx\n{kind}rwxrwxrwx\n\
+                 *** Expected failure\n\
+                 chmod: changing permissions of '{name}': Operation not permitted\n"
+            )
+        })
+        .collect();
+    assert_eq!(plain, expected, "plain (ext4)");
+    t.mount("-o allow_other");
+    assert_eq!(set_gid_steps(&t, &t.mnt), plain, "through the mount");
+    let (rc, out) = t.owner.sh(&format!("{} unmount {}", s(&t.bin), s(&t.mnt)));
+    assert_eq!(rc, 0, "{out}");
+}

@@ -116,14 +116,18 @@ impl CloakFs {
         self.stat(&inode)
     }
 
-    /// Clears setuid, and setgid if group-executable, as the kernel would on a write or
-    /// truncate by a caller without CAP_FSETID (FUSE_HANDLE_KILLPRIV_V2 leaves it to us).
+    /// Clears setuid, and setgid if group-executable or if `req`'s caller is not in the
+    /// file's group, as the kernel would on a write or truncate by a caller without
+    /// CAP_FSETID (`setattr_should_drop_suidgid`; FUSE_HANDLE_KILLPRIV_V2 leaves it to us).
     /// Only a daemon that holds CAP_FSETID itself needs to: the backing file system clears
     /// them on the writes and truncates of anyone else.
-    pub(crate) fn kill_suidgid(&self, inode: &Inode) -> Res<()> {
-        let mode = rustix::fs::fstat(inode.fd()).map_err(errno)?.st_mode;
+    pub(crate) fn kill_suidgid(&self, req: &Request, inode: &Inode) -> Res<()> {
+        let st = rustix::fs::fstat(inode.fd()).map_err(errno)?;
+        let mode = st.st_mode;
         let mut kill = libc::S_ISUID;
-        if mode & libc::S_IXGRP != 0 {
+        if mode & libc::S_ISGID != 0
+            && (mode & libc::S_IXGRP != 0 || !caller_in_group(req, st.st_gid))
+        {
             kill |= libc::S_ISGID;
         }
         if mode & kill == 0 {
@@ -152,7 +156,7 @@ impl CloakFs {
     /// CAP_FSETID (not root) but this daemon holds it.
     fn kill_suidgid_on_change(&self, req: &Request, inode: &Inode) -> Res<()> {
         if self.serves_other_user(req) {
-            self.kill_suidgid(inode)
+            self.kill_suidgid(req, inode)
         } else {
             Ok(())
         }
@@ -500,4 +504,13 @@ pub(crate) fn exclusive_failure(
     } else {
         e
     }
+}
+
+/// Whether `req`'s caller has group `gid` as its primary or a supplementary group (read from
+/// /proc only here, where a set-gid file without group execute is being written).
+fn caller_in_group(req: &Request, gid: u32) -> bool {
+    req.gid() == gid
+        || crate::creds::Creds::of_caller(req.uid(), req.gid(), req.pid())
+            .groups
+            .contains(&gid)
 }

@@ -14,7 +14,7 @@ use fuser::{
     IoctlFlags, KernelConfig, LockOwner, OpenFlags, PollEvents, PollFlags, PollNotifier,
     RenameFlags, ReplyAttr, ReplyBmap, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
     ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLock, ReplyLseek, ReplyOpen, ReplyPoll, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyWrite, ReplyXattr, Request, SetXAttrFlags, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::ops::Deref;
@@ -208,6 +208,7 @@ impl<G: RequestGate> Filesystem for Gated<G> {
             value: &[u8],
             flags: i32,
             position: u32,
+            setxattr_flags: SetXAttrFlags,
         ) -> ReplyEmpty, as Op::Setxattr { ino };
         fn getxattr(ino: INodeNo, name: &OsStr, size: u32) -> ReplyXattr, as Op::Getxattr { ino };
         fn listxattr(ino: INodeNo, size: u32) -> ReplyXattr, as Op::Listxattr { ino };

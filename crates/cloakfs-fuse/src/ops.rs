@@ -8,7 +8,7 @@ use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
     InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
     ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, SetXAttrFlags, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::path::Path;
@@ -117,7 +117,11 @@ pub(crate) fn negotiate_except(
         | InitFlags::FUSE_MAX_PAGES
         | InitFlags::FUSE_PARALLEL_DIROPS
         | InitFlags::FUSE_ATOMIC_O_TRUNC
-        | InitFlags::FUSE_ASYNC_DIO
+        // Not FUSE_ASYNC_DIO: with it the kernel queues an AIO O_DIRECT write and returns
+        // before we have written it, having dropped the range's cached pages only before; a
+        // buffered read meanwhile caches the old data, which then outlives the write
+        // (xfstests generic/451). Without it such a write completes before io_submit returns
+        // and the kernel drops the pages again after it, as for any direct write.
         | InitFlags::FUSE_CACHE_SYMLINKS
         // ioctls on directories: `cloakfs encrypt` (ENCRYPT_IOCTL).
         | InitFlags::FUSE_HAS_IOCTL_DIR
@@ -200,7 +204,9 @@ impl Filesystem for CloakFs {
         // ACLs are also enforced by the kernel, as on the backing file system: it then checks
         // permissions itself (default_permissions) against the mode and the ACLs it asks us
         // for (system.posix_acl_*, passed through to the backing objects and cached by the
-        // kernel until it sets or drops them, or forgets the node).
+        // kernel until it sets or drops them, or forgets the node). With FUSE_SETXATTR_EXT
+        // the kernel says when an ACL change must clear set-gid (see `set_xattr`); a kernel
+        // that does not offer it never asks.
         let keeps_acls = self.backing_keeps_acls();
         let offered = config.capabilities();
         self.dont_mask = keeps_acls
@@ -210,6 +216,9 @@ impl Filesystem for CloakFs {
             && keeps_acls
             && offered.contains(InitFlags::FUSE_POSIX_ACL)
             && config.add_capabilities(InitFlags::FUSE_POSIX_ACL).is_ok();
+        if self.posix_acl {
+            let _ = config.add_capabilities(InitFlags::FUSE_SETXATTR_EXT);
+        }
         if self.admits_others && !self.posix_acl {
             tracing::info!(
                 "POSIX ACLs are not enforced: the cipher directory's file system does not keep \
@@ -442,7 +451,7 @@ impl Filesystem for CloakFs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -463,7 +472,7 @@ impl Filesystem for CloakFs {
         let r = self.writable().and_then(|()| {
             self.check_size(offset, data.len() as u64)?;
             if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
-                self.kill_suidgid(&inode)?;
+                self.kill_suidgid(req, &inode)?;
             }
             self.coherence.refuse_sqlite_wal_header(offset, data)?;
             // Shared: an O_APPEND write (not a page the kernel writes back) goes to the end
@@ -734,9 +743,13 @@ impl Filesystem for CloakFs {
         value: &[u8],
         flags: i32,
         position: u32,
+        setxattr_flags: SetXAttrFlags,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.set_xattr(ino, name, value, flags, position));
+        reply_empty(
+            reply,
+            self.set_xattr(ino, name, value, flags, position, setxattr_flags),
+        );
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {

@@ -9,7 +9,7 @@
 use crate::fs::CloakFs;
 use crate::inode::{Inode, Kind};
 use crate::sys::{self, errno, Res};
-use fuser::{Errno, INodeNo, ReplyXattr};
+use fuser::{Errno, INodeNo, ReplyXattr, SetXAttrFlags};
 use rustix::fd::BorrowedFd;
 use rustix::fs::XattrFlags;
 use std::cell::RefCell;
@@ -354,6 +354,11 @@ impl CloakFs {
         })
     }
 
+    /// Sets xattr `name` of `ino`. `setxattr_flags` carries what the kernel asks besides:
+    /// with FUSE_SETXATTR_ACL_KILL_SGID on an access ACL, the caller is neither in the file's
+    /// group nor has CAP_FSETID, so the set-group-ID bit goes, as ext4 clears it then; the
+    /// backing file system judges by this daemon, which may be in the group or hold
+    /// CAP_FSETID, and would keep it.
     pub(crate) fn set_xattr(
         &self,
         ino: INodeNo,
@@ -361,6 +366,7 @@ impl CloakFs {
         value: &[u8],
         flags: i32,
         position: u32,
+        setxattr_flags: SetXAttrFlags,
     ) -> Res<()> {
         self.writable()?;
         if position != 0 {
@@ -391,6 +397,17 @@ impl CloakFs {
             }
         }
         .map_err(errno)?;
+        if setxattr_flags.contains(SetXAttrFlags::FUSE_SETXATTR_ACL_KILL_SGID)
+            && name.as_bytes() == b"system.posix_acl_access"
+        {
+            // The mode as the ACL just set it; the kernel asks for it again after the reply
+            // (it drops the attributes it cached on every ACL change).
+            let mode = rustix::fs::fstat(inode.fd()).map_err(errno)?.st_mode;
+            if mode & libc::S_ISGID != 0 {
+                let mode = rustix::fs::Mode::from_raw_mode(mode & !libc::S_ISGID & 0o7777);
+                inode.chmod(mode).map_err(errno)?;
+            }
+        }
         self.acl_may_have_changed_mode(ino, name);
         Ok(())
     }

@@ -41,6 +41,7 @@ pub use crate::ll::flags::fopen_flags::FopenFlags;
 pub use crate::ll::flags::init_flags::InitFlags;
 pub use crate::ll::flags::ioctl_flags::IoctlFlags;
 pub use crate::ll::flags::poll_flags::PollFlags;
+pub use crate::ll::flags::setxattr_flags::SetXAttrFlags;
 pub use crate::ll::flags::write_flags::WriteFlags;
 pub use crate::ll::fuse_abi::consts;
 pub use crate::ll::request::FileHandle;
@@ -779,7 +780,8 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.statfs(0, 0, 0, 0, 0, 512, 255, 0);
     }
 
-    /// Set an extended attribute.
+    /// Set an extended attribute. `setxattr_flags` asks for more than storing the value; it
+    /// is empty unless `init` added FUSE_SETXATTR_EXT to the capabilities.
     fn setxattr(
         &self,
         _req: &Request,
@@ -788,11 +790,12 @@ pub trait Filesystem: Send + Sync + 'static {
         _value: &[u8],
         flags: i32,
         position: u32,
+        setxattr_flags: SetXAttrFlags,
         reply: ReplyEmpty,
     ) {
         warn!(
             "[Not Implemented] setxattr(ino: {ino:#x?}, name: {name:?}, \
-            flags: {flags:#x?}, position: {position})"
+            flags: {flags:#x?}, position: {position}, setxattr_flags: {setxattr_flags:?})"
         );
         reply.error(Errno::ENOSYS);
     }

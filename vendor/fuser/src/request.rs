@@ -39,10 +39,15 @@ pub(crate) struct RequestWithSender<'a> {
 }
 
 impl<'a> RequestWithSender<'a> {
-    /// Create a new request from the given data
-    pub(crate) fn new(ch: ChannelSender, data: &'a [u8]) -> Option<RequestWithSender<'a>> {
+    /// Create a new request from the given data, received on a session that negotiated
+    /// FUSE_SETXATTR_EXT if `setxattr_ext`
+    pub(crate) fn new(
+        ch: ChannelSender,
+        data: &'a [u8],
+        setxattr_ext: bool,
+    ) -> Option<RequestWithSender<'a>> {
         let request = match ll::AnyRequest::try_from(data) {
-            Ok(request) => request,
+            Ok(request) => request.with_setxattr_ext(setxattr_ext),
             Err(err) => {
                 error!("{err}");
                 return None;
@@ -338,6 +343,7 @@ impl<'a> RequestWithSender<'a> {
                     x.value(),
                     x.flags(),
                     x.position(),
+                    x.setxattr_flags(),
                     self.reply(),
                 );
             }

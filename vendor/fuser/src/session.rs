@@ -138,6 +138,8 @@ pub struct Session<FS: Filesystem> {
     /// FUSE protocol version, as reported by the kernel.
     /// The field is set to `Some` when the init message is received.
     pub(crate) proto_version: Option<Version>,
+    /// FUSE_SETXATTR_EXT was negotiated: SETXATTR requests carry the larger argument.
+    pub(crate) setxattr_ext: bool,
     pub(crate) config: Config,
 }
 
@@ -185,6 +187,7 @@ impl<FS: Filesystem> Session<FS> {
             allowed: options.acl,
             session_owner: geteuid(),
             proto_version: None,
+            setxattr_ext: false,
             config: options.clone(),
         };
 
@@ -213,6 +216,7 @@ impl<FS: Filesystem> Session<FS> {
             allowed: acl,
             session_owner: geteuid(),
             proto_version: None,
+            setxattr_ext: false,
             config,
         };
 
@@ -279,6 +283,7 @@ impl<FS: Filesystem> Session<FS> {
             allowed,
             session_owner,
             proto_version: _,
+            setxattr_ext,
             config,
         } = self;
 
@@ -323,6 +328,7 @@ impl<FS: Filesystem> Session<FS> {
                 ch: channels[0].clone(),
                 allowed,
                 session_owner,
+                setxattr_ext,
             }),
         });
 
@@ -336,6 +342,7 @@ impl<FS: Filesystem> Session<FS> {
                 ch,
                 allowed,
                 session_owner,
+                setxattr_ext,
             };
             threads.push(
                 thread::Builder::new()
@@ -469,6 +476,8 @@ impl<FS: Filesystem> Session<FS> {
 
             // Remember the ABI version supported by kernel and mark the session initialized.
             self.proto_version = Some(v);
+            self.setxattr_ext =
+                (init.capabilities() & config.requested).contains(InitFlags::FUSE_SETXATTR_EXT);
 
             // Log capability status for debugging
             for bit in 0..64 {
@@ -583,7 +592,7 @@ impl<FS: Filesystem> Dispatcher<FS> {
     /// `false` if the request cannot be parsed (nothing is sent then).
     pub fn dispatch(&self, data: &[u8], transport: Arc<dyn ReplyTransport>) -> bool {
         let sender = self.se.ch.sender().with_transport(transport);
-        match RequestWithSender::new(sender, data) {
+        match RequestWithSender::new(sender, data, self.se.setxattr_ext) {
             Some(req) => {
                 if let Ok(Operation::Destroy(_)) = req.request.operation() {
                     req.reply::<ReplyEmpty>().ok();
@@ -609,6 +618,8 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
     pub(crate) filesystem: Arc<FilesystemHolder<FS>>,
     pub(crate) allowed: SessionACL,
     pub(crate) session_owner: Uid,
+    /// FUSE_SETXATTR_EXT was negotiated (see [`Session::setxattr_ext`]).
+    pub(crate) setxattr_ext: bool,
 }
 
 impl<FS: Filesystem> SessionEventLoop<FS> {
@@ -621,24 +632,27 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
             // Read the next request from the given channel to kernel driver
             // The kernel driver makes sure that we get exactly one request per read
             match self.ch.receive_retrying(buf) {
-                Ok(size) => match RequestWithSender::new(self.ch.sender(), &buf[..size]) {
-                    // Dispatch request
-                    Some(req) => {
-                        if let Ok(Operation::Destroy(_)) = req.request.operation() {
-                            req.reply::<ReplyEmpty>().ok();
-                            return Ok(());
-                        } else {
-                            req.dispatch(self)
+                Ok(size) => {
+                    match RequestWithSender::new(self.ch.sender(), &buf[..size], self.setxattr_ext)
+                    {
+                        // Dispatch request
+                        Some(req) => {
+                            if let Ok(Operation::Destroy(_)) = req.request.operation() {
+                                req.reply::<ReplyEmpty>().ok();
+                                return Ok(());
+                            } else {
+                                req.dispatch(self)
+                            }
+                        }
+                        // Quit loop on illegal request
+                        None => {
+                            return Err(io::Error::new(
+                                io::ErrorKind::InvalidData,
+                                "Invalid request",
+                            ));
                         }
                     }
-                    // Quit loop on illegal request
-                    None => {
-                        return Err(io::Error::new(
-                            io::ErrorKind::InvalidData,
-                            "Invalid request",
-                        ));
-                    }
-                },
+                }
                 Err(nix::errno::Errno::ENODEV) => return Ok(()),
                 Err(err) => return Err(err.into()),
             }

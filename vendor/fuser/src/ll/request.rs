@@ -255,6 +255,7 @@ mod op {
     use crate::PollEvents;
     use crate::PollFlags;
     use crate::PollHandle;
+    use crate::SetXAttrFlags;
     use crate::WriteFlags;
     use crate::bsd_file_flags::BsdFileFlags;
     use crate::ll::ResponseData;
@@ -832,6 +833,8 @@ mod op {
         #[expect(dead_code)]
         header: &'a fuse_in_header,
         arg: &'a fuse_setxattr_in,
+        /// Present once FUSE_SETXATTR_EXT is negotiated.
+        ext: Option<&'a fuse_setxattr_in_ext>,
         name: &'a OsStr,
         value: &'a [u8],
     }
@@ -845,6 +848,13 @@ mod op {
         // TODO: Document what are valid flags
         pub(crate) fn flags(&self) -> i32 {
             self.arg.flags
+        }
+        /// What the kernel asks of the file system besides storing the value (empty unless
+        /// FUSE_SETXATTR_EXT is negotiated).
+        pub(crate) fn setxattr_flags(&self) -> SetXAttrFlags {
+            self.ext.map_or(SetXAttrFlags::empty(), |e| {
+                SetXAttrFlags::from_bits_retain(e.setxattr_flags)
+            })
         }
         /// This will always be 0 except on `MacOS`.  It's recommended that
         /// implementations return EINVAL if this is not 0.
@@ -1631,10 +1641,13 @@ mod op {
         arg: &'a fuse_init_in,
     }
 
+    /// `setxattr_ext`: FUSE_SETXATTR_EXT is negotiated, so SETXATTR carries the larger
+    /// `fuse_setxattr_in`.
     pub(crate) fn parse<'a>(
         header: &'a fuse_in_header,
         opcode: &fuse_opcode,
         data: &'a [u8],
+        setxattr_ext: bool,
     ) -> Option<Operation<'a>> {
         let mut data = ArgumentIterator::new(data);
         Some(match opcode {
@@ -1720,6 +1733,11 @@ mod op {
                 let out = SetXAttr {
                     header,
                     arg: data.fetch()?,
+                    ext: if setxattr_ext {
+                        Some(data.fetch()?)
+                    } else {
+                        None
+                    },
                     name: data.fetch_str()?,
                     value: data.fetch_all(),
                 };
@@ -1999,10 +2017,11 @@ impl fmt::Display for Operation<'_> {
             ),
             Operation::SetXAttr(x) => write!(
                 f,
-                "SETXATTR name {:?}, size {}, flags {:#x}",
+                "SETXATTR name {:?}, size {}, flags {:#x}, setxattr_flags {:?}",
                 x.name(),
                 x.value().len(),
-                x.flags()
+                x.flags(),
+                x.setxattr_flags()
             ),
             Operation::GetXAttr(x) => {
                 write!(f, "GETXATTR name {:?}, size {:?}", x.name(), x.size())
@@ -2126,6 +2145,8 @@ impl fmt::Display for Operation<'_> {
 pub(crate) struct AnyRequest<'a> {
     header: &'a fuse_in_header,
     data: &'a [u8],
+    /// FUSE_SETXATTR_EXT is negotiated (see [`AnyRequest::with_setxattr_ext`]).
+    setxattr_ext: bool,
 }
 
 impl<'a> AnyRequest<'a> {
@@ -2166,7 +2187,17 @@ impl<'a> AnyRequest<'a> {
             |e: num_enum::TryFromPrimitiveError<_>| RequestError::UnknownOperation(e.number),
         )?;
         // Parse/check operation arguments
-        op::parse(self.header, &opcode, self.data).ok_or(RequestError::InsufficientData)
+        op::parse(self.header, &opcode, self.data, self.setxattr_ext)
+            .ok_or(RequestError::InsufficientData)
+    }
+
+    /// The request as parsed on a session that negotiated FUSE_SETXATTR_EXT (`on`), after
+    /// which the kernel sends the larger `fuse_setxattr_in`.
+    pub(crate) fn with_setxattr_ext(self, on: bool) -> Self {
+        Self {
+            setxattr_ext: on,
+            ..self
+        }
     }
 
     pub(crate) fn header(&self) -> &fuse_in_header {
@@ -2211,6 +2242,7 @@ impl<'a> TryFrom<&'a [u8]> for AnyRequest<'a> {
         Ok(Self {
             header,
             data: &data[size_of::<fuse_in_header>()..header.len as usize],
+            setxattr_ext: false,
         })
     }
 }
