@@ -146,7 +146,34 @@ impl MountOptions {
     /// Whether users other than the mount's owner reach it: `-o allow_other` (also as a kernel
     /// option), or the kernel asked to check permissions (`-o default_permissions`).
     fn admits_others(&self) -> bool {
-        self.default_permissions || self.session_config().acl == SessionACL::All
+        self.default_permissions
+            || self.session_acl() == SessionACL::All
+            || self
+                .kernel_options
+                .iter()
+                .any(|o| kernel_option(o) == KernelOption::Mount(MountOption::DefaultPermissions))
+    }
+
+    /// Who may use the mount besides its owner: `-o allow_other` or `allow_root`, also as
+    /// kernel options.
+    fn session_acl(&self) -> SessionACL {
+        let mut acl = if self.allow_other {
+            SessionACL::All
+        } else if self.allow_root {
+            SessionACL::RootAndOwner
+        } else {
+            SessionACL::Owner
+        };
+        for o in &self.kernel_options {
+            match kernel_option(o) {
+                KernelOption::AllowOther => acl = SessionACL::All,
+                KernelOption::AllowRoot if acl == SessionACL::Owner => {
+                    acl = SessionACL::RootAndOwner
+                }
+                _ => {}
+            }
+        }
+        acl
     }
 
     /// The fuser session configuration for these options.
@@ -163,13 +190,6 @@ impl MountOptions {
         if self.default_permissions {
             mount_options.push(MountOption::DefaultPermissions);
         }
-        let mut acl = if self.allow_other {
-            SessionACL::All
-        } else if self.allow_root {
-            SessionACL::RootAndOwner
-        } else {
-            SessionACL::Owner
-        };
         for o in &self.kernel_options {
             match kernel_option(o) {
                 KernelOption::Mount(m) => {
@@ -177,11 +197,7 @@ impl MountOptions {
                         mount_options.push(m)
                     }
                 }
-                KernelOption::AllowOther => acl = SessionACL::All,
-                KernelOption::AllowRoot if acl == SessionACL::Owner => {
-                    acl = SessionACL::RootAndOwner
-                }
-                KernelOption::AllowRoot | KernelOption::Default => {}
+                KernelOption::AllowOther | KernelOption::AllowRoot | KernelOption::Default => {}
                 KernelOption::Unsupported => {
                     tracing::warn!("mount option {o} is not supported by the FUSE mount; ignored")
                 }
@@ -189,7 +205,7 @@ impl MountOptions {
         }
         let mut config = fuser::Config::default();
         config.mount_options = mount_options;
-        config.acl = acl;
+        config.acl = self.session_acl();
         config.n_threads = Some(self.threads.max(1));
         // Each worker reads from its own clone of /dev/fuse, so requests are served in
         // parallel without contending on one descriptor.
