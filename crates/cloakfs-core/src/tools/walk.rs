@@ -341,16 +341,7 @@ impl<'v> Walker<'v> {
                 None
             }
         };
-        let longs: BTreeSet<&OsStr> = names
-            .iter()
-            .filter(|n| {
-                matches!(
-                    n.to_str().map(names::classify),
-                    Some(names::EntryKind::Long(_))
-                )
-            })
-            .map(OsString::as_os_str)
-            .collect();
+        let longs = long_names(&names);
         // IDs of the directory's ID-file copies, under which a sync conflict's losing side
         // named its entries.
         let others: Vec<(String, DirId)> = match (&dir_id, is_root) {
@@ -567,8 +558,23 @@ pub fn is_payload(name: &OsStr) -> bool {
     }
 }
 
+/// The long names (`cloakfs.long.*` entries) among a directory's `names`: what
+/// [`internal_kind`] tells their sidecars' owners by.
+pub fn long_names(names: &[OsString]) -> BTreeSet<&OsStr> {
+    names
+        .iter()
+        .filter(|n| {
+            matches!(
+                n.to_str().map(names::classify),
+                Some(names::EntryKind::Long(_))
+            )
+        })
+        .map(OsString::as_os_str)
+        .collect()
+}
+
 /// Classifies an internal backing name (`None` for names that stand for plaintext entries).
-/// `longs` holds the long-name entries present in the same directory.
+/// `longs` holds the long-name entries present in the same directory ([`long_names`]).
 pub fn internal_kind(
     name: &OsStr,
     is_root: bool,

@@ -2,8 +2,8 @@
 //! name changed (see the module documentation of `rekey`).
 
 use super::engine::{
-    punch_hole, sync_dir, sync_fs, tampered_at, temp_name, timestamps, Engine, State, BATCH_BYTES,
-    BATCH_FILES,
+    punch_hole, sorted_names, sync_dir, sync_fs, tampered_at, temp_name, timestamps, Engine, State,
+    BATCH_BYTES, BATCH_FILES,
 };
 use crate::crypto::keys::label;
 use crate::error::{Error, Result};
@@ -32,10 +32,7 @@ impl Engine<'_> {
         }
         let mut stack = vec![self.root.clone()];
         while let Some(dir) = stack.pop() {
-            let mut names: Vec<OsString> = std::fs::read_dir(&dir)?
-                .map(|e| e.map(|e| e.file_name()))
-                .collect::<std::io::Result<_>>()?;
-            names.sort();
+            let names = sorted_names(&dir)?;
             for name in names.iter().filter(|n| is_payload(n)) {
                 self.check_cancel()?;
                 let path = dir.join(name);

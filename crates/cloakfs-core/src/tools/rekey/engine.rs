@@ -26,6 +26,15 @@ pub(super) fn sync_fs(cipherdir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The names in directory `dir`, sorted: each pass walks a directory in the same order.
+pub(super) fn sorted_names(dir: &Path) -> std::io::Result<Vec<OsString>> {
+    let mut names: Vec<OsString> = std::fs::read_dir(dir)?
+        .map(|e| e.map(|e| e.file_name()))
+        .collect::<std::io::Result<_>>()?;
+    names.sort();
+    Ok(names)
+}
+
 pub(super) fn sync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
 }
@@ -144,10 +153,7 @@ impl<'a> Engine<'a> {
         let mut entries = 0;
         let mut stack = vec![self.root.clone()];
         while let Some(dir) = stack.pop() {
-            let mut names: Vec<OsString> = std::fs::read_dir(&dir)?
-                .map(|e| e.map(|e| e.file_name()))
-                .collect::<std::io::Result<_>>()?;
-            names.sort();
+            let names = sorted_names(&dir)?;
             let mut removed = false;
             for name in &names {
                 let path = dir.join(name);

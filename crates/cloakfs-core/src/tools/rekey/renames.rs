@@ -1,11 +1,10 @@
 //! Pass 2: every entry renamed from its old to its new encrypted name, directory by directory;
 //! directory IDs stay, only the key changes.
 
-use super::engine::{rename_noreplace, sync_dir, tampered_at, Engine};
+use super::engine::{rename_noreplace, sorted_names, sync_dir, tampered_at, Engine};
 use crate::error::Result;
 use crate::format::names::{self, DirId, StoredName};
-use crate::tools::walk::{internal_kind, is_payload, read_dir_id, InternalKind};
-use std::collections::BTreeSet;
+use crate::tools::walk::{internal_kind, is_payload, long_names, read_dir_id, InternalKind};
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
@@ -19,10 +18,7 @@ impl Engine<'_> {
             } else {
                 read_dir_id(&dir).map_err(|(_, m)| tampered_at(&dir, m))?
             };
-            let mut names: Vec<OsString> = std::fs::read_dir(&dir)?
-                .map(|e| e.map(|e| e.file_name()))
-                .collect::<std::io::Result<_>>()?;
-            names.sort();
+            let names = sorted_names(&dir)?;
             for name in names.iter().filter(|n| is_payload(n)) {
                 self.check_cancel()?;
                 let new = self.name(&dir, &dir_id, name)?;
@@ -109,16 +105,7 @@ impl Engine<'_> {
         let names: Vec<OsString> = std::fs::read_dir(dir)?
             .map(|e| e.map(|e| e.file_name()))
             .collect::<std::io::Result<_>>()?;
-        let longs: BTreeSet<&OsStr> = names
-            .iter()
-            .filter(|n| {
-                matches!(
-                    n.to_str().map(names::classify),
-                    Some(names::EntryKind::Long(_))
-                )
-            })
-            .map(OsString::as_os_str)
-            .collect();
+        let longs = long_names(&names);
         for n in &names {
             if internal_kind(n, false, &longs) != Some(InternalKind::OrphanSidecar) {
                 continue;
