@@ -56,10 +56,6 @@ pub(crate) struct CloakFs {
     pub(crate) writeback_cache: bool,
     /// Ask for FUSE over io_uring in the handshake if the kernel offers it.
     pub(crate) io_uring: bool,
-    /// Whether the handle a CREATE opens, and an appending handle alone on its file, bypass
-    /// the page cache (see `Inode::created` and `Inode::opened`): set at the handshake when
-    /// the kernel lets such handles be mapped shared.
-    pub(crate) uncached_writers: bool,
     /// Whether users other than the mount's owner reach it (allow_other, or default_permissions
     /// asked for): only then is there a permission for the kernel to check against POSIX ACLs
     /// (the owner's own access is decided by the mode bits alone), and only then is that worth
@@ -168,7 +164,6 @@ impl CloakFs {
             syncer: Syncer::new(),
             writeback_cache: false,
             io_uring: false,
-            uncached_writers: false,
             admits_others: false,
             posix_acl: false,
             dont_mask: false,

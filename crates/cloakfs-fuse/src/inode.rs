@@ -69,7 +69,7 @@ struct OpenState {
     /// The handle whose CREATE made the file, while it is open and no capability was set
     /// through this mount since (see [`Inode::created`]).
     made_by: Option<u64>,
-    /// Open handles that bypass the page cache (see [`Inode::created`]).
+    /// Open handles that bypass the page cache (see [`Inode::opened_uncached`]).
     uncached: HashSet<u64>,
 }
 
@@ -381,16 +381,14 @@ impl Inode {
 
     /// Registers open handle `fh` (after a successful open or create); returns whether it
     /// must bypass the page cache, as every handle must while one that does is open (see
-    /// [`Inode::created`]). With `uncached` (an O_APPEND open), it bypasses it also when it
-    /// is the file's only open handle: the kernel refreshes a file's attributes before an
-    /// append after a write (`lseek(SEEK_END)` too), which makes it ask for
-    /// `security.capability` before the next cached write, one round trip per append that a
-    /// direct write does not make. Pages cached before stay right: a direct write drops the
-    /// pages it writes before it writes them, and no other handle is open to read one back
-    /// meanwhile (handles opened while this one is open are uncached as well).
-    pub(crate) fn opened(&self, fh: u64, uncached: bool) -> bool {
+    /// [`Inode::opened_uncached`]). Otherwise it caches: a write through the page cache stays
+    /// coherent with shared mappings of the file, which a direct write is not (the kernel
+    /// drops the pages it covers before it writes, so a mapping that faults a page in or
+    /// dirties it meanwhile keeps the old bytes and may write them back over the new ones:
+    /// xfstests generic/346).
+    pub(crate) fn opened(&self, fh: u64) -> bool {
         let mut st = self.state();
-        let uncached = !st.uncached.is_empty() || (uncached && st.handles.is_empty());
+        let uncached = !st.uncached.is_empty();
         st.handles.insert(fh);
         if uncached {
             st.uncached.insert(fh);
@@ -410,34 +408,16 @@ impl Inode {
         true
     }
 
-    /// Registers open handle `fh` of a file its CREATE has just made. Until that handle is
-    /// released, or a capability is set through this mount, the file is known to have no
-    /// `security.capability`, which the kernel asks for before the first write after every
-    /// CREATE: the answer needs no system call. A capability set on the backing file
-    /// directly meanwhile shows once the handle's RELEASE is served, which close(2) does not
-    /// wait for (no exec can read it before: the file is open for writing), and the backing
-    /// write drops it anyway.
-    ///
-    /// With `uncached`, the handle bypasses the page cache (FOPEN_DIRECT_IO), and so does
-    /// every handle opened while one that does is open. The kernel then does not ask for
-    /// the capability at all: its direct writes leave dropping privileges to us
-    /// (FUSE_WRITE_KILL_SUIDGID, and the backing write drops a capability), one round trip
-    /// less per created file. A new file has no cached pages (an appending handle alone on
-    /// an older one may be uncached too: [`Inode::opened`]); all of the file's handles are
-    /// alike, since a cached reader could otherwise keep a page it read while a direct write
-    /// was under way (the kernel drops the written pages before the write, not after). Once
-    /// the last such handle closes, opens cache again; the pages a direct write dropped are
-    /// read again from us. Returns whether the handle is uncached: not if another handle was
-    /// registered first (a process that looked the new name up and opened it before this
-    /// CREATE's reply), since that one caches.
-    pub(crate) fn created(&self, fh: u64, uncached: bool) -> bool {
-        let mut st = self.state();
-        let uncached = uncached && st.handles.is_empty();
-        st.handles.insert(fh);
-        st.made_by = Some(fh);
-        if uncached {
-            st.uncached.insert(fh);
-        }
+    /// Registers open handle `fh` of a file its CREATE has just made, as [`Inode::opened`]
+    /// does. Until that handle is released, or a capability is set through this mount, the
+    /// file is known to have no `security.capability`, which the kernel asks for before the
+    /// first cached write after every CREATE: the answer needs no system call. A capability
+    /// set on the backing file directly meanwhile shows once the handle's RELEASE is served,
+    /// which close(2) does not wait for (no exec can read it before: the file is open for
+    /// writing), and the backing write drops it anyway.
+    pub(crate) fn created(&self, fh: u64) -> bool {
+        let uncached = self.opened(fh);
+        self.state().made_by = Some(fh);
         uncached
     }
 
@@ -825,45 +805,23 @@ mod tests {
         assert_eq!(names(&t.least_used(10)), [&b"d"[..], b"x"]);
     }
 
-    /// One page-cache mode for all of a file's open handles: a creator's handle is uncached
-    /// unless a handle got in first, and handles opened while an uncached one is open are
-    /// uncached too, until it closes.
+    /// A file's handles cache unless one that bypasses the page cache is open (an appending
+    /// handle on shared storage); those opened while it is open bypass it too, until it
+    /// closes.
     #[test]
-    fn a_new_files_handles_share_one_caching_mode() {
+    fn handles_opened_beside_an_uncached_one_bypass_the_cache_too() {
         let node = file_node();
-        assert!(node.created(1, true));
-        assert!(
-            node.opened(2, false),
-            "opened while the creator's uncached handle is open"
-        );
-        node.closed(1);
-        assert!(node.opened(3, false), "handle 2 is still uncached");
-        node.closed(2);
+        assert!(!node.created(1), "a new file's handle caches");
+        assert!(!node.opened(2));
+        assert!(node.opened_uncached(3));
+        assert!(node.opened(4), "opened while an uncached handle is open");
         node.closed(3);
-        assert!(!node.opened(4, false), "all uncached handles closed");
-
-        // A process opened the new name before the CREATE's reply registered its handle.
-        let raced = file_node();
-        assert!(!raced.opened(1, false));
-        assert!(!raced.created(2, true), "a cached handle came first");
-        assert!(!raced.opened(3, false));
-
-        assert!(!file_node().created(1, false));
-    }
-
-    /// An appending handle is uncached only when it is alone on the file, and handles opened
-    /// while it is open follow it.
-    #[test]
-    fn an_appending_handle_alone_on_its_file_is_uncached() {
-        let node = file_node();
-        assert!(node.opened(1, true), "alone");
-        assert!(
-            node.opened(2, false),
-            "opened while an uncached handle is open"
-        );
+        assert!(node.opened(5), "handle 4 is still uncached");
+        node.closed(4);
+        node.closed(5);
+        assert!(!node.opened(6), "all uncached handles closed");
+        assert!(node.capability_absent(), "the creator's handle is open");
         node.closed(1);
-        node.closed(2);
-        assert!(!node.opened(3, false));
-        assert!(!node.opened(4, true), "a cached handle is open");
+        assert!(!node.capability_absent());
     }
 }

@@ -193,11 +193,6 @@ impl Filesystem for CloakFs {
             self.coherence.capabilities(),
             self.coherence.not_wanted(),
         );
-        self.uncached_writers = !writeback
-            && !self.coherence.sharing.is_shared()
-            && config
-                .capabilities()
-                .contains(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
         // Where the backing file system keeps ACLs, the kernel stops applying the umask to
         // new objects: it sends the caller's, which the backing file system applies unless the
         // parent has a default ACL (`with_umask`). Where other users reach the mount, POSIX
@@ -390,15 +385,13 @@ impl Filesystem for CloakFs {
         match self.do_open(req, ino, fh, flags.0) {
             Ok(()) => {
                 let inode = self.node(ino).ok();
-                // An appending handle alone on its file bypasses the page cache (see
-                // `Inode::opened`): its writes then need no GETXATTR.
                 let append = flags.0 & libc::O_APPEND != 0;
                 let uncached = inode.as_ref().is_some_and(|i| {
                     if append && self.coherence.sharing.is_shared() && !i.is_plain() {
                         // Shared: its writes land at the store's end (see `write`).
                         i.opened_uncached(fh)
                     } else {
-                        i.opened(fh, append && self.uncached_writers && !i.is_plain())
+                        i.opened(fh)
                     }
                 });
                 // A handle that cannot write has nothing to report at close: no FLUSH for it
@@ -783,9 +776,7 @@ impl Filesystem for CloakFs {
             Ok((attr, made)) => {
                 let fh = self.new_fh();
                 let uncached = match self.node(attr.ino) {
-                    Ok(inode) if made && !self.coherence.sharing.is_shared() => {
-                        inode.created(fh, self.uncached_writers && !inode.is_plain())
-                    }
+                    Ok(inode) if made && !self.coherence.sharing.is_shared() => inode.created(fh),
                     // Shared: an appending handle's writes land at the store's end (`write`).
                     Ok(inode)
                         if flags & libc::O_APPEND != 0
@@ -794,7 +785,7 @@ impl Filesystem for CloakFs {
                     {
                         inode.opened_uncached(fh)
                     }
-                    Ok(inode) => inode.opened(fh, false),
+                    Ok(inode) => inode.opened(fh),
                     Err(_) => false,
                 };
                 let mut fopen = self.coherence.open_flags();
