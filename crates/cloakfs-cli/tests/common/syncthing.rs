@@ -108,6 +108,7 @@ impl Device {
     <globalAnnounceEnabled>false</globalAnnounceEnabled>
     <localAnnounceEnabled>false</localAnnounceEnabled>
     <relaysEnabled>false</relaysEnabled>
+    <reconnectionIntervalS>1</reconnectionIntervalS>
     <natEnabled>false</natEnabled>
     <startBrowser>false</startBrowser>
     <urAccepted>-1</urAccepted>
