@@ -355,13 +355,15 @@ impl MountedReverse {
 }
 
 /// Mounts the read-only reverse view of `plaindir` at `mountpoint`: every entry encrypted
-/// on the fly by `view`, `config` (the volume config's bytes) shown as the view's
-/// `cloakfs.conf`, and the plaintext entry at relative path `hidden` (the reverse config, if
-/// it lies inside `plaindir`) left out. `opts.read_only` is implied.
+/// on the fly by `view`, `config` (the volume config's bytes, last modified at
+/// `config_time`) shown as the view's `cloakfs.conf`, and the plaintext entry at relative
+/// path `hidden` (the reverse config, if it lies inside `plaindir`) left out.
+/// `opts.read_only` is implied.
 pub fn mount_reverse(
     view: cloakfs_core::io::reverse::ReverseView,
     plaindir: &Path,
     config: Vec<u8>,
+    config_time: std::time::SystemTime,
     hidden: Option<Vec<u8>>,
     mountpoint: &Path,
     opts: &MountOptions,
@@ -372,7 +374,7 @@ pub fn mount_reverse(
         rustix::fs::Mode::empty(),
     )
     .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", plaindir.display())))?;
-    let fs = reverse::ReverseFs::new(view, root, config, hidden, opts.cache_timeout);
+    let fs = reverse::ReverseFs::new(view, root, config, config_time, hidden, opts.cache_timeout);
     let mut opts = opts.clone();
     opts.read_only = true;
     // The kernel checks access from the modes the view reports (those of the plaintext).

@@ -29,7 +29,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// What a node of the view is.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -73,6 +73,9 @@ pub(crate) struct ReverseFs {
     root: OwnedFd,
     /// The config, shown as `cloakfs.conf` in the root.
     config: Arc<[u8]>,
+    /// The config file's modification time (seconds, nanoseconds): the times of the view's
+    /// own files (see `virtual_attr`).
+    config_time: (i64, i64),
     /// The relative path of the reverse config if it lies inside the plaintext directory:
     /// never shown.
     hidden: Option<Vec<u8>>,
@@ -104,6 +107,7 @@ impl ReverseFs {
         view: ReverseView,
         root: OwnedFd,
         config: Vec<u8>,
+        config_time: SystemTime,
         hidden: Option<Vec<u8>>,
         ttl: Duration,
     ) -> Self {
@@ -123,6 +127,9 @@ impl ReverseFs {
             view,
             root,
             config: config.into(),
+            config_time: config_time.duration_since(UNIX_EPOCH).map_or((0, 0), |d| {
+                (d.as_secs() as i64, i64::from(d.subsec_nanos()))
+            }),
             hidden,
             long_names: Mutex::new(HashMap::new()),
             nodes: Mutex::new(nodes),
@@ -207,10 +214,14 @@ impl ReverseFs {
         }
     }
 
-    /// A read-only regular file of `size` bytes, owned and timed like directory `dir`.
+    /// A read-only regular file of `size` bytes, owned like directory `dir`, timed like the
+    /// config: its bytes depend only on its path (the config, a directory's ID derived from
+    /// the directory's path, a long name's full form), so a backup tool that compares sizes
+    /// and times copies it once, not again after each change in its directory.
     fn virtual_attr(&self, ino: u64, dir: &[u8], size: u64) -> Res<FileAttr> {
         let (_, mut m) = self.lstat(dir)?;
         m.mode = libc::S_IFREG | (m.mode & 0o444);
+        (m.atime, m.mtime, m.ctime) = (self.config_time, self.config_time, self.config_time);
         m.nlink = 1;
         m.blocks = size.div_ceil(512);
         Ok(attr::file_attr(ino, &m, size))

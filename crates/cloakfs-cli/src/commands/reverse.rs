@@ -70,7 +70,11 @@ pub fn run(args: ReverseArgs) -> Result<()> {
     })?;
     // Read once: these bytes are both unlocked and shown, so the view's config is the one
     // whose MAC was checked.
-    let text = std::fs::read(&config_file)
+    let read = |f: &Path| {
+        let text = std::fs::read(f)?;
+        Ok::<_, std::io::Error>((text, std::fs::metadata(f)?.modified()?))
+    };
+    let (text, config_time) = read(&config_file)
         .map_err(|e| Failure::new(code::VOLUME, format!("{}: {e}", config_file.display())))?;
     let config = VolumeConfig::parse(
         std::str::from_utf8(&text)
@@ -101,8 +105,9 @@ pub fn run(args: ReverseArgs) -> Result<()> {
     // The plaintext tree changes behind the view's back (no request of the view's changes
     // it), so whatever the kernel cached may be stale: by default it caches nothing.
     mo.cache_timeout = Duration::from_secs_f64(args.cache_timeout.unwrap_or(0.0));
-    let mounted = cloakfs_fuse::mount_reverse(view, &plaindir, text, hidden, &view_dir, &mo)
-        .map_err(|e| Failure::mount(format!("cannot mount on {}: {e}", view_dir.display())))?;
+    let mounted =
+        cloakfs_fuse::mount_reverse(view, &plaindir, text, config_time, hidden, &view_dir, &mo)
+            .map_err(|e| Failure::mount(format!("cannot mount on {}: {e}", view_dir.display())))?;
     daemon::serve_mounted(
         args.log_file.as_deref(),
         args.foreground,
