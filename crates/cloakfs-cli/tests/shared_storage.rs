@@ -126,8 +126,22 @@ impl Store {
     }
 
     /// Backing entries no finished operation may leave: mkdir's temporary directories, and
-    /// files a store's client hid instead of removing them (libfuse's `.fuse_hidden*`).
+    /// files a store's client hid instead of removing them (libfuse's `.fuse_hidden*`). A
+    /// client removes such a file when the last handle of it is released, which close(2)
+    /// does not wait for (the RELEASE goes in the background, at both FUSE layers): found
+    /// entries are looked for again for up to 30 s before they count.
     fn leftovers(&self) -> Vec<PathBuf> {
+        let start = Instant::now();
+        loop {
+            let found = self.leftovers_now();
+            if found.is_empty() || start.elapsed() > Duration::from_secs(30) {
+                return found;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn leftovers_now(&self) -> Vec<PathBuf> {
         let mut found = Vec::new();
         let mut dirs = vec![self.cipher.clone()];
         while let Some(d) = dirs.pop() {
