@@ -29,8 +29,8 @@ use crate::crypto::kdf::{Argon2Params, SALT_LEN};
 use crate::crypto::keys::{MasterKey, KEY_LEN};
 use crate::crypto::secret::{Passphrase, SecretBytes};
 use crate::error::{Error, Result};
-use crate::format::config::{get, parse_b64, parse_num, Fields, VolumeConfig, WRAP_DOMAIN};
-use crate::format::encoding::{b64, unb64, unb64_array};
+use crate::format::config::{VolumeConfig, WRAP_DOMAIN};
+use crate::text::{b64, get, parse_b64, parse_num, unb64, unb64_array, Fields};
 use aes_gcm::aead::{AeadInPlace, KeyInit};
 use aes_gcm::Aes256Gcm;
 

@@ -14,8 +14,7 @@
 
 use super::{Kek, KeySlot};
 use crate::error::{Error, Result};
-use crate::format::config::Fields;
-use crate::format::encoding::{b64, unb64};
+use crate::text::{b64, unb64, Fields};
 use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
