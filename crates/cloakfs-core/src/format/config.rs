@@ -27,8 +27,6 @@ pub const CONFIG_VERSION: u64 = 1;
 pub const FORMAT_VERSION: u64 = 1;
 /// First line of the canonical text the config MAC covers.
 pub const MAC_DOMAIN: &str = "cloakfs config v1\n";
-/// First line of the additional data of every slot's key wrap.
-pub const WRAP_DOMAIN: &str = "cloakfs slot v1\n";
 /// Largest config file this build will read (a damaged config must not exhaust memory).
 pub const CONFIG_MAX_BYTES: u64 = 1 << 20;
 /// Value of the volume field `shared_header_mac`: the one MAC defined for sharing headers.

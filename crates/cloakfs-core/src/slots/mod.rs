@@ -29,11 +29,13 @@ use crate::crypto::kdf::{Argon2Params, SALT_LEN};
 use crate::crypto::keys::{MasterKey, KEY_LEN};
 use crate::crypto::secret::{Passphrase, SecretBytes};
 use crate::error::{Error, Result};
-use crate::format::config::{VolumeConfig, WRAP_DOMAIN};
+use crate::format::config::VolumeConfig;
 use crate::text::{b64, get, parse_b64, parse_num, unb64, unb64_array, Fields};
 use aes_gcm::aead::{AeadInPlace, KeyInit};
 use aes_gcm::Aes256Gcm;
 
+/// First line of the additional data of every slot's key wrap.
+pub const WRAP_DOMAIN: &str = "cloakfs slot v1\n";
 /// Length of every key-encryption key.
 pub const KEK_LEN: usize = 32;
 /// A slot's key-encryption key.
