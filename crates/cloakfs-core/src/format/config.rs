@@ -34,6 +34,8 @@ pub const SHARED_HEADER_MAC: &str = "hmac-sha256";
 
 pub use crate::slots::{kind, KeySlot, SlotRandomness};
 
+mod key_slots;
+
 /// Parameters that fix how the volume's bytes are laid out and encrypted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VolumeParams {
