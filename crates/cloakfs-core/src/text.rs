@@ -1,7 +1,7 @@
-//! The text forms of stored values, shared by [`format`](mod@crate::format) (the config, names,
-//! metadata) and [`slots`](crate::slots) (each slot's fields), below both: unpadded base64url,
-//! and the flat string-field maps of the config's volume section and of each key slot, with
-//! their strict parsers.
+//! The text forms of stored values: unpadded base64url, and the flat string-field maps of the
+//! config's volume section and of each key slot, with their strict parsers. Both `format` (the
+//! config, names, metadata) and `slots` (each slot's fields) use them; this module sits below
+//! both and uses neither.
 
 use crate::error::{Error, Result};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
