@@ -91,20 +91,10 @@ pub struct KeySlot {
 }
 
 impl KeySlot {
-    /// A new slot `id` of `kind` with the kind's `fields`, the [`COMMON_FIELDS`] added, and
-    /// `mk` wrapped under `kek` for the volume `volume_id`. Refuses a label or kind with a
-    /// newline or NUL and kind fields that cannot be stored ([`check_kind_fields`]).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        volume_id: &[u8; 16],
-        id: u32,
-        kind: &str,
-        label: &str,
-        fields: Fields,
-        kek: &Kek,
-        mk: &MasterKey,
-        nonce: [u8; 12],
-    ) -> Result<Self> {
+    /// A new slot `id` of `kind` with the kind's `fields` and the [`COMMON_FIELDS`] but no key
+    /// yet: [`KeySlot::wrap`] adds the `wrapped` field. Refuses a label or kind with a newline
+    /// or NUL and kind fields that cannot be stored ([`check_kind_fields`]).
+    pub(crate) fn new(id: u32, kind: &str, label: &str, fields: Fields) -> Result<Self> {
         if label.contains(['\n', '\0']) {
             return Err(Error::Refused(
                 "a slot label may not contain a newline or NUL".into(),
@@ -118,9 +108,7 @@ impl KeySlot {
         all.insert("id".into(), id.to_string());
         all.insert("kind".into(), kind.into());
         all.insert("label".into(), label.into());
-        let mut slot = KeySlot { fields: all };
-        slot.wrap(volume_id, kek, mk, nonce);
-        Ok(slot)
+        Ok(KeySlot { fields: all })
     }
 
     /// The slot's numeric ID (unique within the volume).

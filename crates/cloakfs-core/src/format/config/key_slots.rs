@@ -30,8 +30,6 @@ impl VolumeConfig {
             .map_or(1, |m| m.saturating_add(1))
     }
 
-    /// A new slot `id` of this volume ([`KeySlot::new`]); refused on a volume without a
-    /// stored key.
     #[allow(clippy::too_many_arguments)]
     fn make_slot(
         &self,
@@ -49,16 +47,9 @@ impl VolumeConfig {
                     .into(),
             ));
         }
-        KeySlot::new(
-            &self.params.volume_id,
-            id,
-            kind,
-            label,
-            fields,
-            kek,
-            mk,
-            nonce,
-        )
+        let mut slot = KeySlot::new(id, kind, label, fields)?;
+        slot.wrap(&self.params.volume_id, kek, mk, nonce);
+        Ok(slot)
     }
 
     /// Adds a slot of `kind` with the kind's `fields`, wrapping `mk` under `kek`; returns its
