@@ -5,12 +5,13 @@
 use cloakfs_core::crypto::kdf::Argon2Params;
 use cloakfs_core::crypto::keys::MasterKey;
 use cloakfs_core::crypto::secret::Passphrase;
-use cloakfs_core::format::config::{Fields, SlotRandomness, VolumeConfig, VolumeParams};
+use cloakfs_core::format::config::{SlotRandomness, VolumeConfig, VolumeParams};
 use cloakfs_core::format::content::ContentSuite;
 use cloakfs_core::format::names::{DirId, LONG_NAME_MAX_DEFAULT};
 use cloakfs_core::slots::recovery::RecoveryKey;
 use cloakfs_core::slots::shamir::Share;
 use cloakfs_core::slots::{keyfile, kind, recipient, recovery, shamir, Kek};
+use cloakfs_core::text::Fields;
 use cloakfs_core::Volume;
 use std::rc::Rc;
 

@@ -7,8 +7,7 @@
 //! value of a binary field ([`BINARY`]) is stored base64url-encoded, any other as text (invalid
 //! UTF-8 replaced). A record cut short by the end of the input takes what is left.
 
-use cloakfs_core::format::config::Fields;
-use cloakfs_core::format::encoding::{b64, unb64};
+use cloakfs_core::text::{b64, unb64, Fields};
 
 /// Field names a tag selects.
 pub const FIELDS: [&str; 20] = [

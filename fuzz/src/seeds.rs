@@ -6,10 +6,10 @@ use crate::records;
 use cloakfs_core::crypto::keys::MasterKey;
 use cloakfs_core::format::config::{VolumeConfig, VolumeParams};
 use cloakfs_core::format::content::ContentSuite;
-use cloakfs_core::format::encoding::b64;
 use cloakfs_core::format::names::StoredName;
 use cloakfs_core::io::file::ContentFile;
 use cloakfs_core::slots::shamir::Share;
+use cloakfs_core::text::b64;
 use cloakfs_daemon::protocol::{
     AttachRequest, AuthMethod, AuthzAddRequest, Entity, Naming, OnTimeout, Request, Response,
     SessionInfo,

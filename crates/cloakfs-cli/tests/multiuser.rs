@@ -470,15 +470,15 @@ fn challenge_response_refuses_forged_and_replayed_answers() {
                 iterations,
                 lanes: parallelism,
             };
-            let salt = cloakfs_core::format::encoding::unb64(salt.as_bytes()).unwrap();
-            let ch = cloakfs_core::format::encoding::unb64(challenge.as_bytes()).unwrap();
+            let salt = cloakfs_core::text::unb64(salt.as_bytes()).unwrap();
+            let ch = cloakfs_core::text::unb64(challenge.as_bytes()).unwrap();
             let key = cloakfs_daemon::auth::verifier_key(
                 &cloakfs_core::crypto::secret::Passphrase::new(b"swordfish".to_vec()),
                 &salt,
                 &params,
             )
             .unwrap();
-            cloakfs_core::format::encoding::b64(&cloakfs_daemon::auth::challenge_answer(
+            cloakfs_core::text::b64(&cloakfs_daemon::auth::challenge_answer(
                 key.expose(),
                 "cr",
                 authz,
@@ -601,7 +601,7 @@ fn the_daemon_checks_cipherdir_access_as_the_user() {
         "op": "attach",
         "cipherdir": s(&cipher),
         "naming": {"given": "stolen"},
-        "master_key": cloakfs_core::format::encoding::b64(volume.master_key().expose()),
+        "master_key": cloakfs_core::text::b64(volume.master_key().expose()),
     });
     let send = |u: &User| {
         // setsid: an attach is bound to the caller's Unix session, and the test runner's

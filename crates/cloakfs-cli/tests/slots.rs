@@ -223,7 +223,7 @@ fn passwd_rewraps_and_leaves_every_backing_file_unchanged() {
             .unwrap();
     assert_eq!(
         v.root_dir_id().0,
-        cloakfs_core::format::encoding::unb64_array::<16>("oKGio6SlpqeoqaqrrK2urw").unwrap()
+        cloakfs_core::text::unb64_array::<16>("oKGio6SlpqeoqaqrrK2urw").unwrap()
     );
 }
 
@@ -552,7 +552,7 @@ fn age_x25519_recipient_made_by_age_keygen() {
     assert!(ok(&test_unlock(&f, &["--identity", s(&id)])).contains("slot 2"));
 
     // Interoperable: the Debian age tool decrypts the stored KEK with the same identity.
-    let ct = cloakfs_core::format::encoding::unb64(config_field(&f, "age").as_bytes()).unwrap();
+    let ct = cloakfs_core::text::unb64(config_field(&f, "age").as_bytes()).unwrap();
     let ctf = file(&f, "kek.age", &ct);
     let kek = run_tool(Command::new("age").arg("-d").arg("-i").arg(&id).arg(&ctf)).stdout;
     assert_eq!(kek.len(), 32);
@@ -1115,7 +1115,7 @@ fn unknown_slot_kind_is_kept_listed_and_skipped() {
     let (mk, _) = c
         .unlock_passphrase(&Passphrase::new(PASS.as_bytes().to_vec()))
         .unwrap();
-    let mut fields = cloakfs_core::format::config::Fields::new();
+    let mut fields = cloakfs_core::text::Fields::new();
     fields.insert("credential".into(), "AAAA".into());
     c.add_slot(
         &mk,
@@ -1387,7 +1387,7 @@ fn forged_config(
     victim: &Fixture,
     keep_volume_id: bool,
     kind: &str,
-    fields: cloakfs_core::format::config::Fields,
+    fields: cloakfs_core::text::Fields,
     kek: &cloakfs_core::slots::Kek,
 ) -> String {
     use cloakfs_core::crypto::keys::MasterKey;
@@ -1543,11 +1543,11 @@ fn a_gpg_slot_opens_only_by_public_key_decryption() {
             .arg(&packet)
             .arg(&plain),
     );
-    let mut fields = cloakfs_core::format::config::Fields::new();
+    let mut fields = cloakfs_core::text::Fields::new();
     fields.insert("gpg_recipients".into(), "victim@example.org".into());
     fields.insert(
         "gpg".into(),
-        cloakfs_core::format::encoding::b64(&std::fs::read(&packet).unwrap()),
+        cloakfs_core::text::b64(&std::fs::read(&packet).unwrap()),
     );
     plant_config(&f, &forged_config(&f, true, "gpg", fields, &kek));
     // Refused even on a machine that never opened the volume: nothing was decrypted.
@@ -1575,11 +1575,11 @@ fn a_gpg_slot_opens_only_by_public_key_decryption() {
             .arg(&enc)
             .arg(&plain),
     );
-    let mut fields = cloakfs_core::format::config::Fields::new();
+    let mut fields = cloakfs_core::text::Fields::new();
     fields.insert("gpg_recipients".into(), "victim@example.org".into());
     fields.insert(
         "gpg".into(),
-        cloakfs_core::format::encoding::b64(&std::fs::read(&enc).unwrap()),
+        cloakfs_core::text::b64(&std::fs::read(&enc).unwrap()),
     );
     plant_config(&f, &forged_config(&f, true, "gpg", fields, &kek));
     refused_everywhere(&f, &["--gpg"], &env);

@@ -23,8 +23,8 @@
 
 use crate::crypto::keys::KeyFingerprint;
 use crate::error::{Error, Result};
-use crate::format::encoding::{b64, unb64_array};
 use crate::format::names::{self, Classified, RESERVED_PREFIX};
+use crate::text::{b64, unb64_array};
 use crate::volume::Volume;
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File, OpenOptions};

@@ -4,6 +4,8 @@
 //! - [`format`](mod@format): the config, file layout, content blocks, names, symlink and xattr blobs;
 //! - [`slots`]: key slots of every kind (passphrase, key file, recovery key, age/ssh
 //!   recipients, Shamir shares; PKCS#11 and GnuPG slots get their KEK in the CLI);
+//! - [`text`]: the text forms of stored values (base64url, string-field maps and their
+//!   parsers), which both `format` and `slots` use;
 //! - [`io`]: plaintext reads and writes of one backing file, and backing xattrs;
 //! - [`volume`]: an unlocked volume; [`known_volumes`]: key pinning, the volumes this machine
 //!   has opened;
@@ -20,6 +22,7 @@ pub mod io;
 pub mod known_volumes;
 pub mod slots;
 pub mod sync_folder;
+pub mod text;
 pub mod tools;
 pub mod volume;
 

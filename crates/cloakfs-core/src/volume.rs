@@ -213,7 +213,7 @@ impl Volume {
         let id = &self.config.params.volume_id;
         let local = crate::known_volumes::state_dir()
             .ok()
-            .map(|d| d.join("retired").join(crate::format::encoding::b64(id)));
+            .map(|d| d.join("retired").join(crate::text::b64(id)));
         w.keep_retired_in(Arc::new(crate::io::retired::RetiredIds::open(
             cipherdir,
             self.master_key.subkey(id, label::SHARE_RETIRED),
@@ -232,7 +232,7 @@ impl Volume {
         self.plain_list.get_or_init(|| {
             let local = crate::known_volumes::state_dir().ok().map(|d| {
                 d.join("adopted-retired")
-                    .join(crate::format::encoding::b64(&p.volume_id))
+                    .join(crate::text::b64(&p.volume_id))
             });
             PlainList::load(cipherdir, manifest_key(p, &self.master_key), local)
         });

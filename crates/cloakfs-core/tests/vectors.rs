@@ -19,11 +19,11 @@ use cloakfs_core::crypto::keys::{label, MasterKey};
 use cloakfs_core::crypto::secret::{Passphrase, SecretBytes};
 use cloakfs_core::format::config::{SlotRandomness, VolumeConfig, VolumeParams, CONFIG_FILE};
 use cloakfs_core::format::content::{ContentCodec, ContentSuite, FileHeader, FileId};
-use cloakfs_core::format::encoding::b64;
 use cloakfs_core::format::layout::Layout;
 use cloakfs_core::format::meta::{MetaCodec, SealedTarget, SYMLINK_INLINE_MAX, SYMLINK_MAX};
 use cloakfs_core::format::names::{DirId, NameCodec, StoredName, DIRID_FILE};
 use cloakfs_core::io::file::ContentFile;
+use cloakfs_core::text::b64;
 use cloakfs_core::tools::paths;
 use cloakfs_core::Volume;
 use hkdf::Hkdf;
@@ -791,7 +791,7 @@ fn kdf_and_config_vectors() {
     for (k, v) in slot.fields().iter().filter(|(k, _)| *k != "wrapped") {
         aad.push_str(&format!("{k}={v}\n"));
     }
-    let raw = cloakfs_core::format::encoding::unb64(wrapped.as_bytes()).unwrap();
+    let raw = cloakfs_core::text::unb64(wrapped.as_bytes()).unwrap();
     assert_eq!(raw.len(), 60);
     let mut mk = raw[12..44].to_vec();
     Aes256Gcm::new(kek.expose().into())
@@ -863,7 +863,7 @@ fn slot_kind_vectors() {
     // Share encoding: volume ID of the inputs, slot 3, 2 of 3, share index 1.
     let share = shamir::Share::from_parts(volume_id(), 3, 2, 3, 1, &share_y());
     let share_text = share.encode().to_string();
-    let raw = cloakfs_core::format::encoding::unb64(
+    let raw = cloakfs_core::text::unb64(
         share_text
             .strip_prefix("cloakfs-share:")
             .unwrap()
@@ -935,10 +935,8 @@ fn interpolate(points: &[(u8, [u8; 32])], x: u8, poly: u16) -> [u8; 32] {
 /// The y bytes of a share, from its documented encoding (bytes 24..56).
 fn share_bytes_y(share: &cloakfs_core::slots::shamir::Share) -> [u8; 32] {
     let text = share.encode();
-    let raw = cloakfs_core::format::encoding::unb64(
-        text.strip_prefix("cloakfs-share:").unwrap().as_bytes(),
-    )
-    .unwrap();
+    let raw =
+        cloakfs_core::text::unb64(text.strip_prefix("cloakfs-share:").unwrap().as_bytes()).unwrap();
     raw[24..56].try_into().unwrap()
 }
 
@@ -1030,7 +1028,7 @@ fn slots_config() -> VolumeConfig {
     let (f, kek) = keyfile::new_slot(&key_file(), &salt()).unwrap();
     c.add_slot(&mk, kind::KEYFILE, "usb stick", f, &kek, wrap_nonce())
         .unwrap();
-    let mut f = cloakfs_core::format::config::Fields::new();
+    let mut f = cloakfs_core::text::Fields::new();
     f.insert("threshold".into(), "2".into());
     f.insert("shares".into(), "3".into());
     let kek = Kek::from_slice(&shamir_kek());
@@ -1040,7 +1038,7 @@ fn slots_config() -> VolumeConfig {
     let (f, kek) = recovery::new_slot(&rk, &salt());
     c.add_slot(&mk, kind::RECOVERY, "paper", f, &kek, wrap_nonce())
         .unwrap();
-    let mut f = cloakfs_core::format::config::Fields::new();
+    let mut f = cloakfs_core::text::Fields::new();
     f.insert("recipient_types".into(), "x25519".into());
     f.insert("age".into(), AGE_FILE_B64.into());
     let kek = Kek::from_slice(&recipient_kek());

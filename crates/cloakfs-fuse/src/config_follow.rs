@@ -106,7 +106,7 @@ pub(crate) fn judge(
     if new.params.volume_id != current.params.volume_id {
         return Verdict::Stop(format!(
             "it is now the config of another volume (ID {})",
-            cloakfs_core::format::encoding::b64(&new.params.volume_id)
+            cloakfs_core::text::b64(&new.params.volume_id)
         ));
     }
     if new.verify(mk).is_err() {

@@ -74,9 +74,7 @@ pub fn run_attach(args: AttachArgs) -> Result<()> {
         &args.unlock,
         &Place::resolved(&args.cipherdir, cipherdir.clone()),
     )?;
-    let master_key = Zeroizing::new(cloakfs_core::format::encoding::b64(
-        volume.master_key().expose(),
-    ));
+    let master_key = Zeroizing::new(cloakfs_core::text::b64(volume.master_key().expose()));
     let member = crate::unlock::member_keys(&args.unlock, &volume)?;
     drop(volume);
     let req = Request::Attach(AttachRequest {

@@ -10,7 +10,7 @@ use crate::failure::{Failure, Result};
 use crate::secret_input::{read_new_passphrase, read_passphrase_from, Confirm};
 use clap::{Args, Subcommand};
 use cloakfs_core::crypto::kdf::{Argon2Params, DEFAULT_MEMORY_KIB};
-use cloakfs_core::format::encoding::{b64, unb64};
+use cloakfs_core::text::{b64, unb64};
 use cloakfs_daemon::protocol::{
     AuthMethod, AuthzAddRequest, Entity, OnTimeout, Request, Response, SessionInfo, PERMISSIONS,
 };

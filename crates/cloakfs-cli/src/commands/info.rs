@@ -3,8 +3,8 @@
 use crate::failure::Result;
 use clap::Args;
 use cloakfs_core::format::config::{config_path, FileKeys, VolumeConfig, FORMAT_VERSION};
-use cloakfs_core::format::encoding::b64;
 use cloakfs_core::known_volumes::KnownVolumes;
+use cloakfs_core::text::b64;
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]

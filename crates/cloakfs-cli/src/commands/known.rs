@@ -6,8 +6,8 @@ use crate::failure::{code, Failure, Result};
 use clap::{Args, Subcommand};
 use cloakfs_core::crypto::keys::KeyFingerprint;
 use cloakfs_core::format::config::VolumeConfig;
-use cloakfs_core::format::encoding::{b64, unb64_array};
 use cloakfs_core::known_volumes::{self, KnownVolume, KnownVolumes, Place};
+use cloakfs_core::text::{b64, unb64_array};
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 

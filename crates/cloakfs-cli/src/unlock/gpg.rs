@@ -6,10 +6,9 @@
 //! the binary OpenPGP message whose plaintext is the 32-byte KEK).
 
 use crate::failure::{code, Failure, Result};
-use cloakfs_core::format::config::Fields;
-use cloakfs_core::format::encoding::b64;
 use cloakfs_core::slots::gpg::{self, DecryptError};
 use cloakfs_core::slots::{Kek, KeySlot};
+use cloakfs_core::text::{b64, Fields};
 
 /// Largest `gpg` field accepted.
 const MAX_CT: usize = 1 << 20;

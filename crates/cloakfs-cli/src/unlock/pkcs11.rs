@@ -12,9 +12,8 @@
 
 use crate::failure::{code, Failure, Result};
 use crate::secret_input::{prompt_secret, read_first_line};
-use cloakfs_core::format::config::Fields;
-use cloakfs_core::format::encoding::b64;
 use cloakfs_core::slots::{Kek, KeySlot};
+use cloakfs_core::text::{b64, Fields};
 use cryptoki::context::{CInitializeArgs, CInitializeFlags, Pkcs11};
 use cryptoki::error::{Error as PError, RvError};
 use cryptoki::mechanism::Mechanism;

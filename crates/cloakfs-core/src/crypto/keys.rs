@@ -90,13 +90,13 @@ pub struct KeyFingerprint(pub [u8; 32]);
 impl KeyFingerprint {
     /// Parses the displayed form (unpadded base64url of 32 bytes).
     pub fn parse(text: &str) -> Option<Self> {
-        crate::format::encoding::unb64_array(text.trim()).map(Self)
+        crate::text::unb64_array(text.trim()).map(Self)
     }
 }
 
 impl std::fmt::Display for KeyFingerprint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&crate::format::encoding::b64(&self.0))
+        f.write_str(&crate::text::b64(&self.0))
     }
 }
 

@@ -10,12 +10,11 @@ use crate::crypto::keys::{label, MasterKey};
 use crate::crypto::secret::SecretBytes;
 use crate::error::{Error, Result};
 use crate::format::content::ContentSuite;
-use crate::format::encoding::{b64, unb64_array};
 use crate::format::names::{LONG_NAME_MAX_DEFAULT, LONG_NAME_MAX_MIN};
+use crate::text::{b64, get, parse_b64, parse_num, unb64_array, Fields};
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
-use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
 use std::path::Path;
@@ -28,8 +27,6 @@ pub const CONFIG_VERSION: u64 = 1;
 pub const FORMAT_VERSION: u64 = 1;
 /// First line of the canonical text the config MAC covers.
 pub const MAC_DOMAIN: &str = "cloakfs config v1\n";
-/// First line of the additional data of every slot's key wrap.
-pub const WRAP_DOMAIN: &str = "cloakfs slot v1\n";
 /// Largest config file this build will read (a damaged config must not exhaust memory).
 pub const CONFIG_MAX_BYTES: u64 = 1 << 20;
 /// Value of the volume field `shared_header_mac`: the one MAC defined for sharing headers.
@@ -37,8 +34,7 @@ pub const SHARED_HEADER_MAC: &str = "hmac-sha256";
 
 pub use crate::slots::{kind, KeySlot, SlotRandomness};
 
-/// A flat map of string fields, the shape of both the volume section and each slot.
-pub type Fields = BTreeMap<String, String>;
+mod key_slots;
 
 /// Parameters that fix how the volume's bytes are laid out and encrypted.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -262,27 +258,6 @@ impl Default for VolumeParams {
     fn default() -> Self {
         Self::new()
     }
-}
-
-pub(crate) fn get<'a>(f: &'a Fields, k: &str) -> Result<&'a str> {
-    f.get(k)
-        .map(String::as_str)
-        .ok_or_else(|| Error::ConfigDamaged(format!("missing field {k:?}")))
-}
-
-pub(crate) fn parse_num<T: std::str::FromStr>(f: &Fields, k: &str) -> Result<T> {
-    let v = get(f, k)?;
-    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) || (v.len() > 1 && v.starts_with('0'))
-    {
-        return Err(Error::ConfigDamaged(format!("field {k:?} is not a number")));
-    }
-    v.parse()
-        .map_err(|_| Error::ConfigDamaged(format!("field {k:?} is out of range")))
-}
-
-pub(crate) fn parse_b64<const N: usize>(f: &Fields, k: &str) -> Result<[u8; N]> {
-    unb64_array(get(f, k)?)
-        .ok_or_else(|| Error::ConfigDamaged(format!("field {k:?} is not {N} base64url bytes")))
 }
 
 /// The parsed volume config.

@@ -12,8 +12,8 @@
 use crate::crypto::locked::{scrubbed, LockedBox};
 use crate::crypto::secret::SecretBytes;
 use crate::error::{Error, Result};
-use crate::format::encoding::{b64, unb64};
 use crate::format::names::NameCodec;
+use crate::text::{b64, unb64};
 use aes_gcm::aead::{AeadInPlace, KeyInit};
 use aes_gcm::Aes256Gcm;
 

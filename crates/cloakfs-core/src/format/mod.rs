@@ -4,7 +4,6 @@
 pub mod config;
 pub mod content;
 pub mod dir_ids;
-pub mod encoding;
 pub mod filekey;
 pub mod layout;
 pub mod meta;

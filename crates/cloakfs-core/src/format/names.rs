@@ -12,7 +12,7 @@
 use crate::crypto::secret::SecretBytes;
 use crate::crypto::siv::SivKey;
 use crate::error::{Error, Result};
-use crate::format::encoding::{b64, unb64};
+use crate::text::{b64, unb64};
 use sha2::{Digest, Sha256};
 
 /// Longest plaintext name (bytes), as on Linux file systems.

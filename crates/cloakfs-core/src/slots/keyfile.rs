@@ -9,8 +9,7 @@
 use super::{Kek, KeySlot};
 use crate::crypto::keys::hkdf_expand;
 use crate::error::{Error, Result};
-use crate::format::config::Fields;
-use crate::format::encoding::b64;
+use crate::text::{b64, Fields};
 
 /// Fields of a keyfile slot besides the common ones.
 pub const FIELDS: &[&str] = &["salt"];

@@ -8,8 +8,7 @@ use super::{Kek, KeySlot};
 use crate::crypto::kdf::{self, Argon2Params, SALT_LEN};
 use crate::crypto::secret::Passphrase;
 use crate::error::{Error, Result};
-use crate::format::config::{get, parse_b64, parse_num, Fields};
-use crate::format::encoding::b64;
+use crate::text::{b64, get, parse_b64, parse_num, Fields};
 
 /// Fields of a passphrase slot besides the common ones.
 pub const FIELDS: &[&str] = &[

@@ -11,8 +11,7 @@
 
 use super::{Kek, KeySlot};
 use crate::error::{Error, Result};
-use crate::format::config::Fields;
-use crate::format::encoding::b64;
+use crate::text::{b64, Fields};
 use std::io::{Read, Write};
 use zeroize::Zeroizing;
 

@@ -14,8 +14,7 @@ use super::{Kek, KeySlot};
 use crate::crypto::keys::hkdf_expand;
 use crate::crypto::secret::SecretBytes;
 use crate::error::{Error, Result};
-use crate::format::config::Fields;
-use crate::format::encoding::b64;
+use crate::text::{b64, Fields};
 use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 

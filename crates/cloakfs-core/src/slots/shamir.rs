@@ -14,8 +14,7 @@
 
 use super::{Kek, KeySlot};
 use crate::error::{Error, Result};
-use crate::format::config::Fields;
-use crate::format::encoding::{b64, unb64};
+use crate::text::{b64, unb64, Fields};
 use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
@@ -185,8 +184,8 @@ pub fn split(kek: &Kek, volume_id: [u8; 16], slot_id: u32, m: u8, n: u8) -> Resu
     Ok(shares)
 }
 
-/// Fields, KEK and shares of a new shamir slot `slot_id` (see
-/// [`crate::format::config::VolumeConfig::next_slot_id`]).
+/// Fields, KEK and shares of a new shamir slot `slot_id` (the ID the config gives its next
+/// slot, `VolumeConfig::next_slot_id`).
 pub fn new_slot(
     volume_id: [u8; 16],
     slot_id: u32,

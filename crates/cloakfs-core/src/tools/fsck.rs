@@ -455,7 +455,7 @@ impl Checker<'_> {
             // A kind this version does not know is kept as it is (a newer cloakfs made it).
             if slot.is_known_kind() {
                 match f.get("wrapped") {
-                    Some(w) if crate::format::encoding::unb64_array::<60>(w).is_some() => {}
+                    Some(w) if crate::text::unb64_array::<60>(w).is_some() => {}
                     Some(_) => bad.push("wrapped key is not 60 base64url bytes".into()),
                     None => bad.push("no wrapped key".into()),
                 }
@@ -470,7 +470,7 @@ impl Checker<'_> {
                     bad.push(e.to_string());
                 }
                 match f.get("salt") {
-                    Some(s) if crate::format::encoding::unb64_array::<32>(s).is_some() => {}
+                    Some(s) if crate::text::unb64_array::<32>(s).is_some() => {}
                     _ => bad.push("salt is not 32 base64url bytes".into()),
                 }
             }

@@ -309,7 +309,7 @@ impl AllowedDefaults {
             FileKeySource::Wrapped(w) => w.member().map(|m| m.recipient().to_string()),
             FileKeySource::Derived(_) => None,
         };
-        let id = crate::format::encoding::b64(&volume.config().params.volume_id);
+        let id = crate::text::b64(&volume.config().params.volume_id);
         Self {
             path: crate::known_volumes::state_dir()
                 .ok()

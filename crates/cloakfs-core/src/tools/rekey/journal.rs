@@ -7,7 +7,7 @@ use crate::crypto::keys::MasterKey;
 use crate::crypto::secret::SecretBytes;
 use crate::error::{Error, Result};
 use crate::format::config::{VolumeConfig, CONFIG_MAX_BYTES};
-use crate::format::encoding::{b64, unb64};
+use crate::text::{b64, unb64};
 use crate::tools::walk::REKEY_JOURNAL;
 use crate::volume::Volume;
 use aes_gcm::aead::{AeadInPlace, KeyInit};
