@@ -10,7 +10,7 @@ export PATH="$PWD/.venv/bin:$PATH"
 # ends; a later run makes them afresh.
 remove_test_users() {
     local u
-    for u in $(getent passwd | cut -d: -f1 | grep -E '^(cfs-(alice|bob|carol)|cfsd-[a-z]+|cfsl-[a-z0-9]+|cloakfs-t-(alice|bob))$'); do
+    for u in $(getent passwd | cut -d: -f1 | grep -E '^(cfs-(alice|bob|carol|dave)|cfsd-[a-z]+|cfsl-[a-z0-9-]+|cloakfs-t-(alice|bob))$'); do
         userdel "$u" 2>/dev/null || echo "test.sh: could not remove test user $u" >&2
     done
     if getent group cloakfs-t-share >/dev/null; then
