@@ -154,26 +154,29 @@ fn timespec(t: Option<TimeOrNow>) -> Timespec {
             tv_sec: 0,
             tv_nsec: UTIME_NOW,
         },
-        Some(TimeOrNow::SpecificTime(t)) => match t.duration_since(UNIX_EPOCH) {
-            Ok(d) => Timespec {
-                tv_sec: d.as_secs() as i64,
-                tv_nsec: d.subsec_nanos().into(),
-            },
-            Err(e) => {
-                // Before 1970: whole seconds down, nanoseconds up.
-                let d = e.duration();
-                let mut sec = -(d.as_secs() as i64);
-                let mut nsec = i64::from(d.subsec_nanos());
-                if nsec > 0 {
-                    sec -= 1;
-                    nsec = 1_000_000_000 - nsec;
-                }
-                Timespec {
-                    tv_sec: sec,
-                    tv_nsec: nsec,
-                }
+        Some(TimeOrNow::SpecificTime(t)) => {
+            let (tv_sec, tv_nsec) = seconds_and_nanos(t);
+            Timespec { tv_sec, tv_nsec }
+        }
+    }
+}
+
+/// `t` as seconds and nanoseconds since the epoch, the form of [`Meta`]'s times (the inverse
+/// of `system_time`).
+pub(crate) fn seconds_and_nanos(t: SystemTime) -> (i64, i64) {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => (d.as_secs() as i64, d.subsec_nanos().into()),
+        Err(e) => {
+            // Before 1970: whole seconds down, nanoseconds up.
+            let d = e.duration();
+            let mut sec = -(d.as_secs() as i64);
+            let mut nsec = i64::from(d.subsec_nanos());
+            if nsec > 0 {
+                sec -= 1;
+                nsec = 1_000_000_000 - nsec;
             }
-        },
+            (sec, nsec)
+        }
     }
 }
 

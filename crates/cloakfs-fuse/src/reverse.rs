@@ -29,7 +29,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 /// What a node of the view is.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -127,9 +127,7 @@ impl ReverseFs {
             view,
             root,
             config: config.into(),
-            config_time: config_time.duration_since(UNIX_EPOCH).map_or((0, 0), |d| {
-                (d.as_secs() as i64, i64::from(d.subsec_nanos()))
-            }),
+            config_time: attr::seconds_and_nanos(config_time),
             hidden,
             long_names: Mutex::new(HashMap::new()),
             nodes: Mutex::new(nodes),
