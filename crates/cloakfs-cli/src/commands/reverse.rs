@@ -70,9 +70,12 @@ pub fn run(args: ReverseArgs) -> Result<()> {
     })?;
     // Read once: these bytes are both unlocked and shown, so the view's config is the one
     // whose MAC was checked.
+    // Its time through the same descriptor: the view's own files carry it.
     let read = |f: &Path| {
-        let text = std::fs::read(f)?;
-        Ok::<_, std::io::Error>((text, std::fs::metadata(f)?.modified()?))
+        let mut file = std::fs::File::open(f)?;
+        let mut text = Vec::new();
+        std::io::Read::read_to_end(&mut file, &mut text)?;
+        Ok::<_, std::io::Error>((text, file.metadata()?.modified()?))
     };
     let (text, config_time) = read(&config_file)
         .map_err(|e| Failure::new(code::VOLUME, format!("{}: {e}", config_file.display())))?;
