@@ -15,19 +15,18 @@ use crate::format::layout::Layout;
 use crate::io::header;
 use crate::io::lease::{Lease, LeaseGuard};
 use crate::io::shared::{force_stat, ChangeStamp, Sharing};
-use crate::io::stream::{self, Batches};
+use crate::io::stream::Batches;
 use rayon::prelude::*;
 use std::cell::RefCell;
 use std::fs::File;
-use std::ops::Range;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::os::unix::io::AsRawFd;
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 mod mend;
+mod read;
 #[cfg(test)]
 pub(crate) mod tests;
-use mend::Mend;
 
 /// Calls of at least this many blocks are sealed or opened on rayon's pool, the rest on the
 /// calling thread. FUSE requests (at most 1 MiB, 256 blocks of 4 KiB) stay below it: they
@@ -159,10 +158,6 @@ fn on_fuse(file: &File) -> bool {
 /// Most bytes written to the backing file in one system call on a store without locks (see
 /// [`ContentFile::write_sealed`]).
 const UNLOCKED_WRITE_MAX: usize = 32 * 1024;
-
-/// How many more times a shared file's read that fails authentication under the lock
-/// is tried (see [`ContentFile::read_into`]).
-const TORN_READ_RETRIES: u64 = 5;
 
 impl ContentFile {
     /// Wraps an open backing file (opened read-write for writing). The header is read on
@@ -426,118 +421,6 @@ impl ContentFile {
         Ok(st.size)
     }
 
-    /// Reads up to `buf.len()` plaintext bytes at `off`; returns the count (0 at end of file).
-    pub fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<usize> {
-        SEALED.with_borrow_mut(|scratch| {
-            let got = self.read_into(off, buf.len(), scratch)?;
-            buf[..got.len()].copy_from_slice(&scratch[got.clone()]);
-            Ok(got.len())
-        })
-    }
-
-    /// Room [`Self::read_to`] needs for a read of up to `len` bytes (see [`Layout::read_room`]).
-    pub fn read_room(&self, len: usize) -> usize {
-        self.layout().read_room(len)
-    }
-
-    /// [`Self::read_to`] into `buf`, grown to [`Self::read_room`] if shorter.
-    pub fn read_into(&self, off: u64, len: usize, buf: &mut Vec<u8>) -> Result<Range<usize>> {
-        let room = self.read_room(len);
-        if buf.len() < room {
-            buf.resize(room, 0);
-        }
-        self.read_to(off, len, buf)
-    }
-
-    /// Reads up to `len` plaintext bytes at `off` into `out` (at least [`Self::read_room`]
-    /// bytes) and returns where in `out` they are (an empty range at end of file). The sealed
-    /// blocks holding them are read into `out` and opened there, each block's plaintext moving
-    /// left over the sealed bytes of the ones before it: one buffer, and no copy.
-    pub fn read_to(&self, off: u64, len: usize, out: &mut [u8]) -> Result<Range<usize>> {
-        if out.len() < self.read_room(len) {
-            return Err(Error::Io(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "read buffer smaller than the blocks it must hold",
-            )));
-        }
-        let read = self.read_in(&*self.loaded_state()?, off, len, out);
-        let (got, c_start, c_end) = match read {
-            Err(Error::Tampered(_)) if self.sharing.is_shared() => {
-                // Another client may have rewritten the file meanwhile: read again while no
-                // client changes it. A store without locks (SFTP) lets that client go on, so
-                // a block may show half written again: a few more tries, apart. A damaged
-                // block fails them all.
-                let mut attempt = 0;
-                loop {
-                    let again = {
-                        let mut st = self.write_state();
-                        let _quiet = self.quiet()?;
-                        self.reload(&mut st)?;
-                        if self.sharing.unlocked() {
-                            self.mend_span(&st, off, len);
-                        }
-                        self.read_in(&st, off, len, out)
-                    };
-                    match again {
-                        Err(Error::Tampered(_)) if attempt < TORN_READ_RETRIES => {
-                            attempt += 1;
-                            std::thread::sleep(std::time::Duration::from_millis(attempt));
-                        }
-                        r => break r?,
-                    }
-                }
-            }
-            r => r?,
-        };
-        // Small reads never count: they skip the lock that concurrent readers would share.
-        if stream::is_stream_request(c_start, c_end) {
-            let finished = self
-                .read
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .add(c_start, c_end);
-            if let Some(batch) = finished {
-                batch.evict_before(&self.file);
-            }
-        }
-        Ok(got)
-    }
-
-    /// [`Self::read_to`] under `st`; also returns the backing range read.
-    fn read_in(
-        &self,
-        st: &State,
-        off: u64,
-        len: usize,
-        out: &mut [u8],
-    ) -> Result<(Range<usize>, u64, u64)> {
-        if off >= st.size || len == 0 {
-            return Ok((0..0, 0, 0));
-        }
-        let len = (len as u64).min(st.size - off) as usize;
-        let cipher = st
-            .cipher
-            .as_ref()
-            .ok_or_else(|| tampered("file has data but no header".into()))?;
-        let layout = self.layout();
-        let span = layout.span(off, len as u64);
-        let c_start = layout.cipher_offset(span.first);
-        let c_end = layout
-            .cipher_offset(span.first + span.count)
-            .min(layout.cipher_size(st.size));
-        let sealed = &mut out[..(c_end - c_start) as usize];
-        self.file.read_exact_at(sealed, c_start).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                tampered("backing file shorter than its blocks".into())
-            } else {
-                e.into()
-            }
-        })?;
-        open_run(cipher, layout, span.first, sealed)?;
-        let start = (off - layout.plain_offset(span.first)) as usize;
-        Ok((start..start + len, c_start, c_end))
-    }
-
     /// Writes `data` at plaintext offset `off` (filling any gap with a hole); returns its length.
     ///
     /// A failed write leaves the plaintext as it was: a write that starts before the old
@@ -555,28 +438,6 @@ impl ContentFile {
             self.write_held(hold, st, off, data)
         })?;
         Ok(data.len())
-    }
-
-    /// Runs `op`, a change of the file; on a store whose locks do not keep other clients out
-    /// (SFTP), again (a few times, 1-5 ms apart, the size and header read again from the
-    /// store) while it fails because a block it reads fails authentication: another client
-    /// was rewriting it, or had changed the file's size since this client read it.
-    fn again_if_torn<T>(&self, mut op: impl FnMut() -> Result<T>) -> Result<T> {
-        let mut attempt = 0;
-        loop {
-            match op() {
-                Err(Error::Tampered(_))
-                    if self.sharing.unlocked() && attempt < TORN_READ_RETRIES =>
-                {
-                    attempt += 1;
-                    std::thread::sleep(std::time::Duration::from_millis(attempt));
-                    let mut st = self.write_state();
-                    self.sharing.forget_cached(&self.file);
-                    self.reload(&mut st)?;
-                }
-                r => return r,
-            }
-        }
     }
 
     /// Writes `data` at the end of the file (an `O_APPEND` write); returns the plaintext
@@ -1202,36 +1063,6 @@ impl ContentFile {
         Ok(None)
     }
 
-    /// Reads and opens block `b` holding `len` plaintext bytes into `out`. On a store without
-    /// locks, a block that another client's write at the same time left holding a shorter
-    /// block is mended first (see [`Self::mend_block`]).
-    fn read_block(&self, cipher: &FileCipher, b: u64, len: usize, out: &mut [u8]) -> Result<()> {
-        let layout = self.layout();
-        let mut sealed = vec![0u8; len + layout.overhead() as usize];
-        self.read_sealed(b, &mut sealed, layout.cipher_offset(b))?;
-        match cipher.open(b, &sealed, &mut out[..len]) {
-            Err(Error::Tampered(_))
-                if self.sharing.unlocked()
-                    && self.mend_block(cipher, b, len, true)? == Mend::Mended =>
-            {
-                self.read_sealed(b, &mut sealed, layout.cipher_offset(b))?;
-                cipher.open(b, &sealed, &mut out[..len])
-            }
-            r => r,
-        }
-    }
-
-    /// Reads the sealed bytes of block `b` at backing offset `at`; a short file is tampering.
-    fn read_sealed(&self, b: u64, sealed: &mut [u8], at: u64) -> Result<()> {
-        self.file.read_exact_at(sealed, at).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                tampered(format!("block {b} truncated"))
-            } else {
-                e.into()
-            }
-        })
-    }
-
     /// Writes `buf`, sealed blocks after `prefix` header bytes, at backing offset `at`. On a
     /// store without locks, in pieces of whole blocks of at most [`UNLOCKED_WRITE_MAX`] bytes,
     /// which its client sends in one request each (sshfs cuts a write into SFTP requests of
@@ -1274,35 +1105,6 @@ impl ContentFile {
             Err(e) => Err(e.into()),
         }
     }
-}
-
-/// Opens, in place, the run of sealed blocks in `buf` that starts with block `first` (all
-/// of full size but the last): block `first + i`'s plaintext ends at `i * block_size`.
-fn open_run(cipher: &FileCipher, layout: Layout, first: u64, buf: &mut [u8]) -> Result<()> {
-    let bs = layout.block_size() as usize;
-    let cbs = layout.cipher_block_size() as usize;
-    let count = buf.len().div_ceil(cbs);
-    if count as u64 >= PARALLEL_MIN_BLOCKS {
-        // Each block opens within its own sealed bytes on the pool; then they close up.
-        buf.par_chunks_mut(cbs)
-            .enumerate()
-            .try_for_each(|(i, sealed)| {
-                cipher.open_within(first + i as u64, sealed, 0).map(drop)
-            })?;
-        let overhead = layout.overhead() as usize;
-        for i in 1..count {
-            let s = i * cbs;
-            let len = (buf.len() - s).min(cbs) - overhead;
-            buf.copy_within(s..s + len, i * bs);
-        }
-    } else {
-        // In order: each block's plaintext lands over the sealed bytes of blocks already open.
-        for i in 0..count {
-            let end = ((i + 1) * cbs).min(buf.len());
-            cipher.open_within(first + i as u64, &mut buf[i * bs..end], i * (cbs - bs))?;
-        }
-    }
-    Ok(())
 }
 
 /// What the file's last block is sealed under, for [`ContentFile::put_back_tail`].
