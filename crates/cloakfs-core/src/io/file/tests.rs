@@ -3,9 +3,10 @@
 
 use super::*;
 use crate::crypto::secret::SecretBytes;
-use crate::format::content::{ContentSuite, FileHeader};
+use crate::format::content::{ContentSuite, FileHeader, FileId};
 use crate::format::layout::HEADER_LEN;
 use proptest::prelude::*;
+use std::os::unix::fs::FileExt;
 
 fn codec(strict: bool) -> Arc<ContentCodec> {
     suite_codec(ContentSuite::Aes256Gcm, strict)
