@@ -655,11 +655,7 @@ fn rekey_refuses_journal_other_slots_and_resume_without_journal() {
     cfg.add_passphrase_slot(
         vol.master_key(),
         &Passphrase::new(b"second secret".to_vec()),
-        cloakfs_core::crypto::kdf::Argon2Params {
-            memory_kib: 64,
-            iterations: 1,
-            lanes: 1,
-        },
+        cloakfs_core::crypto::kdf::Argon2Params::LEAST,
         "backup",
         cloakfs_core::format::config::SlotRandomness::fresh(),
     )

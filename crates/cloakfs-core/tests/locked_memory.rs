@@ -15,12 +15,6 @@ use cloakfs_core::Volume;
 use hkdf::Hkdf;
 use sha2::Sha256;
 
-const CHEAP: Argon2Params = Argon2Params {
-    memory_kib: 64,
-    iterations: 1,
-    lanes: 1,
-};
-
 /// Whether AES runs on AES-NI, whose key schedules begin with the key itself.
 fn aes_ni() -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -214,7 +208,7 @@ fn every_key_and_key_schedule_of_a_volume_is_on_locked_pages_and_gone_after_it()
             content: suite,
             ..VolumeParams::new()
         };
-        drop(Volume::create(tmp.path(), params, &pass, CHEAP).unwrap());
+        drop(Volume::create(tmp.path(), params, &pass, Argon2Params::LEAST).unwrap());
         let volume = Volume::unlock(tmp.path(), &pass).unwrap();
         let file = FileId([3; 16]);
         let n = needles(&volume, file);

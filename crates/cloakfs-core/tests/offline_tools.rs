@@ -14,12 +14,6 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-const CHEAP: Argon2Params = Argon2Params {
-    memory_kib: 64,
-    iterations: 1,
-    lanes: 1,
-};
-
 fn pass() -> Passphrase {
     Passphrase::new(b"offline tools".to_vec())
 }
@@ -33,7 +27,7 @@ fn long_name() -> String {
 fn build() -> (tempfile::TempDir, PathBuf, BTreeMap<PathBuf, Vec<u8>>) {
     let tmp = tempfile::tempdir().unwrap();
     let c = tmp.path().join("cipher");
-    let v = Volume::create(&c, VolumeParams::new(), &pass(), CHEAP).unwrap();
+    let v = Volume::create(&c, VolumeParams::new(), &pass(), Argon2Params::LEAST).unwrap();
     let w = Writer::new(&v, &c);
     let mut files = BTreeMap::new();
     let big: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 253) as u8).collect();
@@ -344,7 +338,7 @@ fn rekey_refuses_other_slots_unless_dropped() {
     cfg.add_passphrase_slot(
         v.master_key(),
         &Passphrase::new(b"second".to_vec()),
-        CHEAP,
+        Argon2Params::LEAST,
         "second",
         cloakfs_core::format::config::SlotRandomness::fresh(),
     )
@@ -386,7 +380,7 @@ fn names_in_the_other_stored_form_are_refused() {
     // short (75 characters).
     let mut params = VolumeParams::new();
     params.long_name_max = 100;
-    let v = Volume::create(&c, params, &pass(), CHEAP).unwrap();
+    let v = Volume::create(&c, params, &pass(), Argon2Params::LEAST).unwrap();
     let (long, short) = ("l".repeat(70), "s".repeat(40));
     let w = Writer::new(&v, &c);
     for p in [long.as_str(), short.as_str(), "kept"] {
@@ -444,7 +438,7 @@ fn names_in_the_other_stored_form_are_refused() {
 fn oversized_rekey_journal_is_refused_unread() {
     let tmp = tempfile::tempdir().unwrap();
     let c = tmp.path().join("cipher");
-    let v = Volume::create(&c, VolumeParams::new(), &pass(), CHEAP).unwrap();
+    let v = Volume::create(&c, VolumeParams::new(), &pass(), Argon2Params::LEAST).unwrap();
     std::fs::File::create(rekey::journal_path(&c))
         .unwrap()
         .set_len(1 << 40)

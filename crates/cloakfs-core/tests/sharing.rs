@@ -15,12 +15,6 @@ use cloakfs_core::{Error, Volume};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-const CHEAP: Argon2Params = Argon2Params {
-    memory_kib: 64,
-    iterations: 1,
-    lanes: 1,
-};
-
 struct Person {
     id: age::x25519::Identity,
 }
@@ -52,7 +46,7 @@ fn volume(dir: &Path, sharing: bool) -> Volume {
     if sharing {
         params.make_sharing();
     }
-    drop(Volume::create(dir, params, &pass, CHEAP).unwrap());
+    drop(Volume::create(dir, params, &pass, Argon2Params::LEAST).unwrap());
     Volume::unlock(dir, &pass).unwrap()
 }
 

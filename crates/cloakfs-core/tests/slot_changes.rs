@@ -9,12 +9,6 @@ use cloakfs_core::{Error, Volume};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-const CHEAP: Argon2Params = Argon2Params {
-    memory_kib: 64,
-    iterations: 1,
-    lanes: 1,
-};
-
 fn pass(p: &str) -> Passphrase {
     Passphrase::new(p.as_bytes().to_vec())
 }
@@ -43,11 +37,18 @@ fn opens(dir: &Path, p: &str) -> bool {
 fn a_crash_at_any_step_of_a_slot_change_leaves_old_or_new() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("vol");
-    Volume::create(&dir, VolumeParams::new(), &pass("old secret"), CHEAP).unwrap();
+    Volume::create(
+        &dir,
+        VolumeParams::new(),
+        &pass("old secret"),
+        Argon2Params::LEAST,
+    )
+    .unwrap();
     let mut config = VolumeConfig::load(&dir).unwrap();
     let (mk, id) = config.unlock_passphrase(&pass("old secret")).unwrap();
     let rnd = SlotRandomness::fresh();
-    let (fields, kek) = passphrase::new_slot(&pass("new secret"), CHEAP, &rnd.salt).unwrap();
+    let (fields, kek) =
+        passphrase::new_slot(&pass("new secret"), Argon2Params::LEAST, &rnd.salt).unwrap();
     config
         .replace_slot(id, &mk, kind::PASSPHRASE, "", fields, &kek, rnd.nonce)
         .unwrap();
@@ -105,15 +106,21 @@ fn a_crash_at_any_step_of_a_slot_change_leaves_old_or_new() {
 fn torn_temporary_file_and_stale_tmp_of_our_pid() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("vol");
-    Volume::create(&dir, VolumeParams::new(), &pass("pw"), CHEAP).unwrap();
+    Volume::create(&dir, VolumeParams::new(), &pass("pw"), Argon2Params::LEAST).unwrap();
     let good = fs::read_to_string(dir.join(CONFIG_FILE)).unwrap();
     let stale = dir.join(format!("{CONFIG_FILE}.tmp.{}", std::process::id()));
     fs::write(&stale, &good[..good.len() / 2]).unwrap();
     assert!(opens(&dir, "pw"));
     let mut c = VolumeConfig::load(&dir).unwrap();
     let (mk, _) = c.unlock_passphrase(&pass("pw")).unwrap();
-    c.add_passphrase_slot(&mk, &pass("second"), CHEAP, "", SlotRandomness::fresh())
-        .unwrap();
+    c.add_passphrase_slot(
+        &mk,
+        &pass("second"),
+        Argon2Params::LEAST,
+        "",
+        SlotRandomness::fresh(),
+    )
+    .unwrap();
     c.seal(&mk);
     c.save(&dir).unwrap();
     assert!(!stale.exists());
@@ -124,8 +131,13 @@ fn torn_temporary_file_and_stale_tmp_of_our_pid() {
 fn no_stored_key_volume() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("vol");
-    let v =
-        Volume::create_no_stored_key(&dir, VolumeParams::new(), &pass("only key"), CHEAP).unwrap();
+    let v = Volume::create_no_stored_key(
+        &dir,
+        VolumeParams::new(),
+        &pass("only key"),
+        Argon2Params::LEAST,
+    )
+    .unwrap();
     let text = fs::read_to_string(dir.join(CONFIG_FILE)).unwrap();
     assert!(text.contains("\"key_source\": \"passphrase\""), "{text}");
     assert!(text.contains("\"slots\": []"), "{text}");

@@ -66,12 +66,6 @@ struct Env {
     _server: Server,
 }
 
-const KDF: Argon2Params = Argon2Params {
-    memory_kib: 64,
-    iterations: 1,
-    lanes: 1,
-};
-
 fn setup() -> Env {
     let dir = tempfile::tempdir().unwrap();
     let cipherdir = dir.path().join("enc");
@@ -80,7 +74,7 @@ fn setup() -> Env {
         &cipherdir,
         VolumeParams::default(),
         &Passphrase::new(b"pw".to_vec()),
-        KDF,
+        Argon2Params::LEAST,
     )
     .unwrap();
     let master_key = B64.encode(v.master_key().expose());
@@ -414,7 +408,7 @@ fn passphrase_auth_replay_timeout_sleep_and_revoke() {
 
     // A passphrase authorization for the user (any of their sessions).
     let pass = Passphrase::new(b"correct horse".to_vec());
-    let method = cloakfs_daemon::auth::passphrase_method(&pass, &KDF).unwrap();
+    let method = cloakfs_daemon::auth::passphrase_method(&pass, &Argon2Params::LEAST).unwrap();
     let mut g = grant("proj", Entity::User(uid), &["read"], method);
     // Deadlines count whole seconds, so a TTL of N lasts more than N - 1 s: 3 leaves the
     // steps between an authentication and the checks that rely on it 2 s on a loaded host.

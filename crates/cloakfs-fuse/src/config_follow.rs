@@ -310,20 +310,18 @@ mod tests {
     use cloakfs_core::crypto::secret::Passphrase;
     use cloakfs_core::format::config::{SlotRandomness, VolumeParams};
 
-    fn cheap() -> Argon2Params {
-        Argon2Params {
-            memory_kib: 64,
-            iterations: 1,
-            lanes: 1,
-        }
-    }
-
     /// A sealed config of a new volume with one passphrase slot, and its master key.
     fn volume() -> (VolumeConfig, MasterKey) {
         let mk = MasterKey::generate();
         let mut c = VolumeConfig::new(VolumeParams::new());
-        c.add_passphrase_slot(&mk, &pass("one"), cheap(), "", SlotRandomness::fresh())
-            .unwrap();
+        c.add_passphrase_slot(
+            &mk,
+            &pass("one"),
+            Argon2Params::LEAST,
+            "",
+            SlotRandomness::fresh(),
+        )
+        .unwrap();
         c.seal(&mk);
         (c, mk)
     }
@@ -348,8 +346,14 @@ mod tests {
         let (c, mk) = volume();
         assert_eq!(judge(&c, &mk, &parsed(&c)), Verdict::Same);
         let mut more = c.clone();
-        more.add_passphrase_slot(&mk, &pass("two"), cheap(), "", SlotRandomness::fresh())
-            .unwrap();
+        more.add_passphrase_slot(
+            &mk,
+            &pass("two"),
+            Argon2Params::LEAST,
+            "",
+            SlotRandomness::fresh(),
+        )
+        .unwrap();
         more.remove_slot(1).unwrap();
         more.seal(&mk);
         assert_eq!(judge(&c, &mk, &parsed(&more)), Verdict::SlotsChanged);
@@ -362,7 +366,13 @@ mod tests {
         let mut rekeyed = VolumeConfig::new(c.params.clone());
         let new_key = MasterKey::generate();
         rekeyed
-            .add_passphrase_slot(&new_key, &pass("one"), cheap(), "", SlotRandomness::fresh())
+            .add_passphrase_slot(
+                &new_key,
+                &pass("one"),
+                Argon2Params::LEAST,
+                "",
+                SlotRandomness::fresh(),
+            )
             .unwrap();
         rekeyed.seal(&new_key);
         stops(

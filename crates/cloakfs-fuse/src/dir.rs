@@ -723,11 +723,7 @@ mod tests {
 
     fn served(cipher: &std::path::Path) -> CloakFs {
         let pass = Passphrase::new(b"pw".to_vec());
-        let kdf = Argon2Params {
-            memory_kib: 64,
-            iterations: 1,
-            lanes: 1,
-        };
+        let kdf = Argon2Params::LEAST;
         Volume::create(cipher, VolumeParams::new(), &pass, kdf).unwrap();
         let volume = Volume::unlock(cipher, &pass).unwrap();
         CloakFs::new(

@@ -33,6 +33,15 @@ pub struct Argon2Params {
 }
 
 impl Argon2Params {
+    /// The lowest cost [`Self::validate`] accepts: a derivation takes well under a millisecond
+    /// and resists guessing hardly at all. For tests about everything but the KDF; a volume's
+    /// slots take [`Self::calibrate`]'s.
+    pub const LEAST: Self = Self {
+        memory_kib: MIN_MEMORY_KIB,
+        iterations: 1,
+        lanes: 1,
+    };
+
     /// Checks that the parameters are within the ranges this build accepts.
     pub fn validate(&self) -> Result<()> {
         let ok = (MIN_MEMORY_KIB..=MAX_MEMORY_KIB).contains(&self.memory_kib)

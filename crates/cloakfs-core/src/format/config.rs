@@ -584,20 +584,18 @@ mod tests {
     use super::*;
     use crate::crypto::secret::Passphrase;
 
-    fn cheap() -> Argon2Params {
-        Argon2Params {
-            memory_kib: 64,
-            iterations: 1,
-            lanes: 1,
-        }
-    }
-
     fn make() -> (VolumeConfig, MasterKey) {
         let mk = MasterKey::generate();
         let mut c = VolumeConfig::new(VolumeParams::new());
         let pass = Passphrase::new(b"correct horse".to_vec());
-        c.add_passphrase_slot(&mk, &pass, cheap(), "main", SlotRandomness::fresh())
-            .unwrap();
+        c.add_passphrase_slot(
+            &mk,
+            &pass,
+            Argon2Params::LEAST,
+            "main",
+            SlotRandomness::fresh(),
+        )
+        .unwrap();
         c.seal(&mk);
         (c, mk)
     }
@@ -636,8 +634,14 @@ mod tests {
         p.converted = true;
         let mut c = VolumeConfig::new(p);
         let pass = Passphrase::new(b"correct horse".to_vec());
-        c.add_passphrase_slot(&mk, &pass, cheap(), "main", SlotRandomness::fresh())
-            .unwrap();
+        c.add_passphrase_slot(
+            &mk,
+            &pass,
+            Argon2Params::LEAST,
+            "main",
+            SlotRandomness::fresh(),
+        )
+        .unwrap();
         c.seal(&mk);
         let json = c.to_json();
         assert!(
@@ -658,8 +662,14 @@ mod tests {
         let mut p = VolumeParams::new();
         (p.adopted, p.listed) = (true, true);
         let mut c = VolumeConfig::new(p);
-        c.add_passphrase_slot(&mk, &pass, cheap(), "main", SlotRandomness::fresh())
-            .unwrap();
+        c.add_passphrase_slot(
+            &mk,
+            &pass,
+            Argon2Params::LEAST,
+            "main",
+            SlotRandomness::fresh(),
+        )
+        .unwrap();
         c.seal(&mk);
         let listed = c.to_json();
         assert!(

@@ -18,11 +18,7 @@ pub const PASS: &[u8] = b"correct horse battery staple";
 
 /// Cheap Argon2id parameters: the tests are about the file system, not the KDF.
 pub fn kdf() -> Argon2Params {
-    Argon2Params {
-        memory_kib: 64,
-        iterations: 1,
-        lanes: 1,
-    }
+    Argon2Params::LEAST
 }
 
 /// Creates a volume in `cipher` (which must be missing or empty).

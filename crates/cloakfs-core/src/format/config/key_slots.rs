@@ -240,21 +240,13 @@ mod tests {
     use super::*;
     use crate::format::config::VolumeParams;
 
-    fn cheap() -> Argon2Params {
-        Argon2Params {
-            memory_kib: 64,
-            iterations: 1,
-            lanes: 1,
-        }
-    }
-
     fn volume() -> (VolumeConfig, MasterKey) {
         let mk = MasterKey::generate();
         let mut c = VolumeConfig::new(VolumeParams::new());
         c.add_passphrase_slot(
             &mk,
             &Passphrase::new(b"pw".to_vec()),
-            cheap(),
+            Argon2Params::LEAST,
             "main",
             SlotRandomness::fresh(),
         )
@@ -344,8 +336,12 @@ mod tests {
     #[test]
     fn replace_rewrap_remove() {
         let (mut c, mk) = volume();
-        let (fields, kek) =
-            passphrase::new_slot(&Passphrase::new(b"new".to_vec()), cheap(), &[3; 32]).unwrap();
+        let (fields, kek) = passphrase::new_slot(
+            &Passphrase::new(b"new".to_vec()),
+            Argon2Params::LEAST,
+            &[3; 32],
+        )
+        .unwrap();
         c.replace_slot(1, &mk, kind::PASSPHRASE, "main", fields, &kek, [4; 12])
             .unwrap();
         c.seal(&mk);
