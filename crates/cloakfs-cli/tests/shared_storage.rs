@@ -1250,42 +1250,68 @@ fn append_from_every_client(
     (read, failed.into_inner())
 }
 
-/// O_APPEND records from every client at once, on the plain store (a file in its client mounts,
-/// outside the cipher directory) and then through the cloakfs mounts, in both patterns of
-/// [`append_from_every_client`]: through cloakfs every record lands whole at the end, as on
-/// the store itself, and every client reads them all.
+/// One pattern's run of [`appends_beside_the_store`]: its file name, whether each record was
+/// reopened, the plain store's result and the encrypting mount's.
+type AppendsBeside = (
+    &'static str,
+    bool,
+    (Vec<Option<Appended>>, usize),
+    (Vec<Option<Appended>>, usize),
+);
+
+/// Both patterns of [`append_from_every_client`], each on the plain store (a file in its
+/// client mounts, outside any cipher directory) and then through an encrypting mount, whose
+/// file client `c` sees as `mounted(c, name)`.
+fn appends_beside_the_store(
+    st: &Store,
+    n: usize,
+    mounted: impl Fn(usize, &str) -> PathBuf + Sync,
+) -> Vec<AppendsBeside> {
+    let clients = st.clients();
+    [false, true]
+        .into_iter()
+        .map(|reopen| {
+            let name = if reopen {
+                "appends-reopened"
+            } else {
+                "appends-kept"
+            };
+            let plain = append_from_every_client(clients, n, reopen, |c| {
+                st.dir.join(format!("m{}", c + 1)).join(name)
+            });
+            let through = append_from_every_client(clients, n, reopen, |c| mounted(c, name));
+            (name, reopen, plain, through)
+        })
+        .collect()
+}
+
+/// O_APPEND records from every client at once, on the plain store and then through the
+/// cloakfs mounts, in both patterns of [`append_from_every_client`]: through cloakfs every
+/// record lands whole at the end, as on the store itself, and every client reads them all.
 fn appends_on_the_store_and_through_cloakfs(st: &Store, n: usize) {
     let clients = st.clients();
-    let mut figures = Vec::new();
-    let mut results = Vec::new();
-    for reopen in [false, true] {
-        let name = if reopen {
-            "appends-reopened"
-        } else {
-            "appends-kept"
-        };
-        let plain = append_from_every_client(clients, n, reopen, |c| {
-            st.dir.join(format!("m{}", c + 1)).join(name)
-        });
-        let cloakfs = append_from_every_client(clients, n, reopen, |c| st.p(c, name));
-        figures.push(format!(
-            "{}: plain store {} of {} lost, cloakfs {} lost",
-            if reopen {
-                "reopened per record under an OFD lock"
-            } else {
-                "descriptors kept open, no locks"
-            },
-            plain.0[0].as_ref().map_or(clients * n, |a| a.lost),
-            clients * n,
-            cloakfs.0[0].as_ref().map_or(clients * n, |a| a.lost),
-        ));
-        results.push((name, plain, cloakfs));
-    }
+    let results = appends_beside_the_store(st, n, |c, name| st.p(c, name));
+    let figures: Vec<String> = results
+        .iter()
+        .map(|(_, reopen, plain, cloakfs)| {
+            format!(
+                "{}: plain store {} of {} lost, cloakfs {} lost",
+                if *reopen {
+                    "reopened per record under an OFD lock"
+                } else {
+                    "descriptors kept open, no locks"
+                },
+                plain.0[0].as_ref().map_or(clients * n, |a| a.lost),
+                clients * n,
+                cloakfs.0[0].as_ref().map_or(clients * n, |a| a.lost),
+            )
+        })
+        .collect();
     eprintln!(
         "figures: O_APPEND, {clients} clients x {n} records: {}",
         figures.join("; ")
     );
-    for (name, (plain, plain_failed), (cloakfs, cloakfs_failed)) in results {
+    for (name, _, (plain, plain_failed), (cloakfs, cloakfs_failed)) in results {
         assert_eq!(plain_failed, 0, "{name}: writes failing on the plain store");
         assert_eq!(cloakfs_failed, 0, "{name}: writes failing through cloakfs");
         let whole = Some(Appended {
@@ -2029,16 +2055,7 @@ fn gocryptfs_sharedstorage_on_the_same_workloads() {
         let st = Store::up_with("gluster", clients);
         let g = GocryptfsOnStore::up(&st);
         let n = 100;
-        for reopen in [false, true] {
-            let name = if reopen {
-                "appends-reopened"
-            } else {
-                "appends-kept"
-            };
-            let plain = append_from_every_client(clients, n, reopen, |c| {
-                st.dir.join(format!("m{}", c + 1)).join(name)
-            });
-            let goc = append_from_every_client(clients, n, reopen, |c| g.p(c, name));
+        for (name, _, plain, goc) in appends_beside_the_store(&st, n, |c, name| g.p(c, name)) {
             let counts = |(read, failed): &(Vec<Option<Appended>>, usize)| match &read[0] {
                 Some(a) => format!(
                     "lost {}, torn or repeated lines {}, writes failing {failed}",
