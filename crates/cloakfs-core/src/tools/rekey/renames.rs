@@ -102,9 +102,7 @@ impl Engine<'_> {
     /// Removes sidecars left without their entry by an interrupted long-name conversion (only
     /// those holding a name of this directory under either key).
     pub(super) fn orphan_sidecars(&mut self, dir: &Path, dir_id: &DirId) -> Result<()> {
-        let names: Vec<OsString> = std::fs::read_dir(dir)?
-            .map(|e| e.map(|e| e.file_name()))
-            .collect::<std::io::Result<_>>()?;
+        let names = sorted_names(dir)?;
         let longs = long_names(&names);
         for n in &names {
             if internal_kind(n, false, &longs) != Some(InternalKind::OrphanSidecar) {
