@@ -50,6 +50,11 @@ fi
 init_cloakfsxts() { CLOAKFS_INIT_OPTS="${CLOAKFS_INIT_OPTS:-} --cipher aes-256-xts" init_cloakfs "$@"; }
 mount_cloakfsxts() { mount_cloakfs "$@"; }
 
+# cloakfsdev: cloakfs mounted with --no-io-uring, serving /dev/fuse as it does on a kernel
+# without FUSE over io_uring (Debian 12's 6.1), beside the io_uring column in the same run.
+init_cloakfsdev() { init_cloakfs "$@"; }
+mount_cloakfsdev() { CLOAKFS_MOUNT_OPTS="${CLOAKFS_MOUNT_OPTS:-} --no-io-uring" mount_cloakfs "$@"; }
+
 # cloakfsbase: cloakfs as built by another commit ($CLOAKFS_BASE_BIN), mounted as cloakfs is,
 # so that a change is measured before and after in one run (ratios between the two columns).
 init_cloakfsbase() { CLOAKFS_BIN=${CLOAKFS_BASE_BIN:?set CLOAKFS_BASE_BIN} init_cloakfs "$@"; }
@@ -120,7 +125,7 @@ _fsb_start_sampler() {
 }
 
 # Wrap every FUSE file system's mount function (peers.sh's and ours) with the sampler.
-for _fsb_fs in passthrough gocryptfs securefs encfs cryfs cloakfs cloakfsxts cloakfsd cloakfsbase ${FSB_MEM_EXTRA_FS:-}; do
+for _fsb_fs in passthrough gocryptfs securefs encfs cryfs cloakfs cloakfsxts cloakfsd cloakfsdev cloakfsbase ${FSB_MEM_EXTRA_FS:-}; do
     if declare -F "mount_$_fsb_fs" > /dev/null && ! declare -F "_fsb_orig_mount_$_fsb_fs" > /dev/null; then
         eval "$(declare -f "mount_$_fsb_fs" | sed "1s/^mount_$_fsb_fs /_fsb_orig_mount_$_fsb_fs /")"
         eval "mount_$_fsb_fs() { _fsb_orig_mount_$_fsb_fs \"\$@\"; _fsb_start_sampler \"\$1\"; }"

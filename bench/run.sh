@@ -5,11 +5,11 @@
 # Usage:  bench/run.sh [options] [FS ...]
 #   FS             file systems, in this order (default: plain passthrough gocryptfs securefs cloakfs);
 #                  anything peers.sh knows: plain passthrough gocryptfs securefs encfs cryfs cloakfs,
-#                  cloakfsd (the same volume as an attach of the multi-user daemon) and cloakfsxts
-#                  (a size-preserving aes-256-xts volume, mounted as cloakfs), cloakfsbase (the
-#                  binary $CLOAKFS_BASE_BIN, e.g. an older commit's, for a before/after in one
-#                  run); with --store the
-#                  default is plain gocryptfs cloakfs
+#                  cloakfsd (the same volume as an attach of the multi-user daemon), cloakfsxts
+#                  (a size-preserving aes-256-xts volume, mounted as cloakfs), cloakfsdev (cloakfs
+#                  with --no-io-uring: /dev/fuse, as on a kernel without FUSE over io_uring) and
+#                  cloakfsbase (the binary $CLOAKFS_BASE_BIN, e.g. an older commit's, for a
+#                  before/after in one run); with --store the default is plain gocryptfs cloakfs
 #   -r ROUNDS      rounds of the whole list (default 2; peers.sh alternates the order per round)
 #   --no-build     do not run `cargo build --release` (use the existing $CLOAKFS_BIN)
 #   --no-cpu-pass  skip the streaming CPU pass (see below)
@@ -135,7 +135,7 @@ for f in gocryptfs securefs encfs cryfs; do
     if has_fs "$f" && ! command -v "$f" > /dev/null; then die "$f not installed: run $SHARED_BENCH/prep.sh"; fi
 done
 
-if has_fs cloakfs || has_fs cloakfsd || has_fs cloakfsxts; then
+if has_fs cloakfs || has_fs cloakfsd || has_fs cloakfsxts || has_fs cloakfsdev; then
     if [ $BUILD = 1 ]; then
         echo "run.sh: cargo build --release (in $REPO)" >&2
         # Build into this repo's target/ whatever the caller's environment says, so the binary is
