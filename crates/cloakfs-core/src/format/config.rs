@@ -584,20 +584,25 @@ mod tests {
     use super::*;
     use crate::crypto::secret::Passphrase;
 
-    fn make() -> (VolumeConfig, MasterKey) {
-        let mk = MasterKey::generate();
-        let mut c = VolumeConfig::new(VolumeParams::new());
+    /// A config of `params` with one passphrase slot ("correct horse"), sealed under `mk`.
+    fn sealed(params: VolumeParams, mk: &MasterKey) -> VolumeConfig {
+        let mut c = VolumeConfig::new(params);
         let pass = Passphrase::new(b"correct horse".to_vec());
         c.add_passphrase_slot(
-            &mk,
+            mk,
             &pass,
             Argon2Params::LEAST,
             "main",
             SlotRandomness::fresh(),
         )
         .unwrap();
-        c.seal(&mk);
-        (c, mk)
+        c.seal(mk);
+        c
+    }
+
+    fn make() -> (VolumeConfig, MasterKey) {
+        let mk = MasterKey::generate();
+        (sealed(VolumeParams::new(), &mk), mk)
     }
 
     #[test]
@@ -632,17 +637,8 @@ mod tests {
         let mk = MasterKey::generate();
         let mut p = VolumeParams::new();
         p.converted = true;
-        let mut c = VolumeConfig::new(p);
+        let c = sealed(p, &mk);
         let pass = Passphrase::new(b"correct horse".to_vec());
-        c.add_passphrase_slot(
-            &mk,
-            &pass,
-            Argon2Params::LEAST,
-            "main",
-            SlotRandomness::fresh(),
-        )
-        .unwrap();
-        c.seal(&mk);
         let json = c.to_json();
         assert!(
             json.contains("\"plaintext_entries\": \"converted\""),
@@ -661,16 +657,7 @@ mod tests {
         // Nor can a listed tree be switched to the unlisted mode of older versions.
         let mut p = VolumeParams::new();
         (p.adopted, p.listed) = (true, true);
-        let mut c = VolumeConfig::new(p);
-        c.add_passphrase_slot(
-            &mk,
-            &pass,
-            Argon2Params::LEAST,
-            "main",
-            SlotRandomness::fresh(),
-        )
-        .unwrap();
-        c.seal(&mk);
+        let c = sealed(p, &mk);
         let listed = c.to_json();
         assert!(
             listed.contains("\"plaintext_entries\": \"listed\""),
