@@ -1054,15 +1054,35 @@ fn an_append_drops_a_files_capability_cached_or_not() {
     }
 }
 
+/// Bytes written through a shared mapping reach the file, and survive a remount. The mapping
+/// is made in a process of its own ([`in_own_process`]).
 #[test]
 fn mmap_shared_writable() {
+    const LEN: usize = 3 * 4096 + 100;
+    if let Some(dir) = own_process_dir() {
+        return write_through_a_mapping(&dir.join("m"), LEN);
+    }
     let mut fs = TestFs::new();
-    let len = 3 * 4096 + 100;
-    fs::write(fs.p("m"), vec![b'a'; len]).unwrap();
+    fs::write(fs.p("m"), vec![b'a'; LEN]).unwrap();
+    in_own_process("mmap_shared_writable", &fs.mnt);
+    let check_content = |got: Vec<u8>| {
+        assert_eq!(got.len(), LEN);
+        assert_eq!(got[0], b'X');
+        assert_eq!(got[4096 + 7], b'Y');
+        assert_eq!(got[LEN - 1], b'Z');
+        assert_eq!(got.iter().filter(|&&b| b == b'a').count(), LEN - 3);
+    };
+    check_content(fs::read(fs.p("m")).unwrap());
+    fs.remount();
+    check_content(fs::read(fs.p("m")).unwrap());
+}
+
+/// Where [`mmap_shared_writable`] maps `path` (`len` bytes of `a`) and writes three bytes.
+fn write_through_a_mapping(path: &Path, len: usize) {
     let f = OpenOptions::new()
         .read(true)
         .write(true)
-        .open(fs.p("m"))
+        .open(path)
         .unwrap();
     let p = map_shared(&f, len, libc::PROT_READ | libc::PROT_WRITE);
     // SAFETY: a shared mapping of an open file of `len` bytes, written within bounds and
@@ -1076,17 +1096,6 @@ fn mmap_shared_writable() {
         check(libc::msync(p.cast(), len, libc::MS_SYNC)).unwrap();
         check(libc::munmap(p.cast(), len)).unwrap();
     }
-    drop(f);
-    let check_content = |got: Vec<u8>| {
-        assert_eq!(got.len(), len);
-        assert_eq!(got[0], b'X');
-        assert_eq!(got[4096 + 7], b'Y');
-        assert_eq!(got[len - 1], b'Z');
-        assert_eq!(got.iter().filter(|&&b| b == b'a').count(), len - 3);
-    };
-    check_content(fs::read(fs.p("m")).unwrap());
-    fs.remount();
-    check_content(fs::read(fs.p("m")).unwrap());
 }
 
 /// A new file's writes through its handle and a shared mapping of it stay coherent, as on
@@ -1098,8 +1107,8 @@ fn mmap_shared_writable() {
 /// lost a write. A new file's writes go through the cache.
 #[test]
 fn a_new_files_writes_and_a_shared_mapping_of_it_stay_coherent() {
-    if let Some(dir) = std::env::var_os(MAPPED_WRITERS_DIR) {
-        return mapped_writers(Path::new(&dir));
+    if let Some(dir) = own_process_dir() {
+        return mapped_writers(&dir);
     }
     let fs = TestFs::new();
     let f = OpenOptions::new()
@@ -1114,25 +1123,11 @@ fn a_new_files_writes_and_a_shared_mapping_of_it_stay_coherent() {
         "a new file's write bypassed the page cache"
     );
     drop(f);
-    // The writers run in a process of their own: this one serves the mount, and a thread of
-    // it may need the memory-map lock that a thread faulting a page of the mount holds.
-    let status = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "a_new_files_writes_and_a_shared_mapping_of_it_stay_coherent",
-            "--nocapture",
-        ])
-        .env(MAPPED_WRITERS_DIR, &fs.mnt)
-        .status()
-        .unwrap();
-    assert!(
-        status.success(),
-        "the writers lost writes (their output above)"
+    in_own_process(
+        "a_new_files_writes_and_a_shared_mapping_of_it_stay_coherent",
+        &fs.mnt,
     );
 }
-
-/// Where [`mapped_writers`] works, in the process the test starts for it.
-const MAPPED_WRITERS_DIR: &str = "CLOAKFS_TEST_MAPPED_WRITERS_DIR";
 
 /// `holetest -w` in `dir`: 24 rounds of a new 4 MiB file, grown by ftruncate or
 /// posix_fallocate, written by pwrite and through a shared mapping at once.

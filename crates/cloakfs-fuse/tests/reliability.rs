@@ -150,11 +150,16 @@ impl Tmpfs {
 
     /// Fills the file system but for about `room` bytes.
     fn fill(&self, room: u64) {
-        let mut f = File::create(self.0.join("filler")).unwrap();
-        while f.write_all(&[1u8; 16 * 1024]).is_ok() {}
-        f.set_len(f.metadata().unwrap().len().saturating_sub(room))
-            .unwrap();
+        fill(&self.0, room)
     }
+}
+
+/// Fills the file system mounted at `dir` but for about `room` bytes.
+fn fill(dir: &Path, room: u64) {
+    let mut f = File::create(dir.join("filler")).unwrap();
+    while f.write_all(&[1u8; 16 * 1024]).is_ok() {}
+    f.set_len(f.metadata().unwrap().len().saturating_sub(room))
+        .unwrap();
 }
 
 impl Drop for Tmpfs {
@@ -205,42 +210,56 @@ fn a_full_disk_is_reported_by_the_write_itself() {
 
 /// A write through a shared mapping is acknowledged by the kernel; when its writeback finds the
 /// disk full, every fsync and close reports it until every handle is closed, and the next
-/// open starts clean.
+/// open starts clean. The mapping is made in a process of its own ([`in_own_process`]).
 #[test]
 fn a_lost_mapped_write_is_reported_by_every_fsync_and_close() {
+    if let Some(mnt) = own_process_dir() {
+        return lose_a_mapped_write(&mnt);
+    }
     for writeback in [false, true] {
-        let Some((fs, disk)) = volume_on_tmpfs("2m", writeback) else {
+        let Some((fs, _disk)) = volume_on_tmpfs("2m", writeback) else {
             return;
         };
-        let len = 256 * 1024;
-        let f = open_rw(&fs.p("mapped"));
-        f.set_len(len as u64).unwrap(); // a hole: writing it needs new space
-        let other = open_rw(&fs.p("mapped"));
-        disk.fill(8 * 1024);
-        let p = map_shared(&f, len, libc::PROT_READ | libc::PROT_WRITE);
-        // SAFETY: a shared mapping of `len` bytes of an open file of that size, written within
-        // bounds and unmapped before the file is closed.
-        unsafe {
-            std::ptr::write_bytes(p, 0x77, len);
-            let _ = libc::msync(p.cast(), len, libc::MS_SYNC);
-            libc::munmap(p.cast(), len);
-        }
-        for i in 0..3 {
-            let r = fsync(&f);
-            assert!(
-                matches!(r, Err(libc::ENOSPC) | Err(libc::EIO)),
-                "fsync {i} (writeback cache {writeback}): {r:?}"
-            );
-        }
-        assert!(fsync(&other).is_err(), "another handle's fsync");
-        assert!(close(other).is_err(), "close of another handle");
-        assert!(close(f).is_err(), "close of the writer");
-        // Handled: every handle was told. A new open sees what is stored, and no error.
-        let again = open_rw(&fs.p("mapped"));
-        fsync(&again).unwrap();
-        close(again).unwrap();
+        eprintln!("writeback cache {writeback}:");
+        in_own_process(
+            "a_lost_mapped_write_is_reported_by_every_fsync_and_close",
+            &fs.mnt,
+        );
         drop(fs);
     }
+}
+
+/// Where [`a_lost_mapped_write_is_reported_by_every_fsync_and_close`] works: in the mount
+/// `mnt` of [`volume_on_tmpfs`], whose tmpfs is `disk` beside it.
+fn lose_a_mapped_write(mnt: &Path) {
+    let len = 256 * 1024;
+    let path = mnt.join("mapped");
+    let f = open_rw(&path);
+    f.set_len(len as u64).unwrap(); // a hole: writing it needs new space
+    let other = open_rw(&path);
+    fill(&mnt.parent().unwrap().join("disk"), 8 * 1024);
+    let p = map_shared(&f, len, libc::PROT_READ | libc::PROT_WRITE);
+    // SAFETY: a shared mapping of `len` bytes of an open file of that size, written within
+    // bounds and unmapped before the file is closed.
+    unsafe {
+        std::ptr::write_bytes(p, 0x77, len);
+        let _ = libc::msync(p.cast(), len, libc::MS_SYNC);
+        libc::munmap(p.cast(), len);
+    }
+    for i in 0..3 {
+        let r = fsync(&f);
+        assert!(
+            matches!(r, Err(libc::ENOSPC) | Err(libc::EIO)),
+            "fsync {i}: {r:?}"
+        );
+    }
+    assert!(fsync(&other).is_err(), "another handle's fsync");
+    assert!(close(other).is_err(), "close of another handle");
+    assert!(close(f).is_err(), "close of the writer");
+    // Handled: every handle was told. A new open sees what is stored, and no error.
+    let again = open_rw(&path);
+    fsync(&again).unwrap();
+    close(again).unwrap();
 }
 
 /// Truncating the file to nothing handles a lost write too (no lost byte is part of it).

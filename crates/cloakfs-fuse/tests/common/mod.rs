@@ -191,6 +191,25 @@ pub fn run(cmd: &mut Command) -> bool {
     spawn(cmd).wait().expect("wait").success()
 }
 
+/// Where a test runs in a process of its own ([`in_own_process`]): the mount it works in.
+const OWN_PROCESS_DIR: &str = "CLOAKFS_TEST_OWN_PROCESS_DIR";
+
+/// The mount to work in, when this process is a test's own (see [`in_own_process`]).
+pub fn own_process_dir() -> Option<PathBuf> {
+    std::env::var_os(OWN_PROCESS_DIR).map(Into::into)
+}
+
+/// Runs test `name` again in a process of its own, with `mnt` as [`own_process_dir`], and
+/// fails if it fails. Pages of the mount are faulted there, not here: this process serves the
+/// mount, and a thread of it may need the memory-map lock that a thread faulting a page of
+/// the mount holds.
+pub fn in_own_process(name: &str, mnt: &Path) {
+    let ok = run(Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture"])
+        .env(OWN_PROCESS_DIR, mnt));
+    assert!(ok, "{name} failed in its own process (its output above)");
+}
+
 /// Every file and directory below `dir`, depth first (not following symlinks).
 pub fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
