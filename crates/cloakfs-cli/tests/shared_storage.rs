@@ -1287,7 +1287,11 @@ fn appends_beside_the_store(
 
 /// O_APPEND records from every client at once, on the plain store and then through the
 /// cloakfs mounts, in both patterns of [`append_from_every_client`]: through cloakfs every
-/// record lands whole at the end, as on the store itself, and every client reads them all.
+/// record lands whole at the end and every client reads them all. What cloakfs asks of the
+/// store is its locks (an append runs under an exclusive lock on the backing file), so the
+/// store is held to the pattern under OFD locks; without locks the plain store is only
+/// reported: GlusterFS keeps most such appends, not all (2 of 300 lost and 2 lines torn
+/// once on a loaded machine, while cloakfs lost none).
 fn appends_on_the_store_and_through_cloakfs(st: &Store, n: usize) {
     let clients = st.clients();
     let results = appends_beside_the_store(st, n, |c, name| st.p(c, name));
@@ -1311,7 +1315,7 @@ fn appends_on_the_store_and_through_cloakfs(st: &Store, n: usize) {
         "figures: O_APPEND, {clients} clients x {n} records: {}",
         figures.join("; ")
     );
-    for (name, _, (plain, plain_failed), (cloakfs, cloakfs_failed)) in results {
+    for (name, locked, (plain, plain_failed), (cloakfs, cloakfs_failed)) in results {
         assert_eq!(plain_failed, 0, "{name}: writes failing on the plain store");
         assert_eq!(cloakfs_failed, 0, "{name}: writes failing through cloakfs");
         let whole = Some(Appended {
@@ -1319,14 +1323,13 @@ fn appends_on_the_store_and_through_cloakfs(st: &Store, n: usize) {
             lost: 0,
             other: 0,
         });
-        for (c, got) in plain.iter().enumerate() {
-            assert_eq!(*got, whole, "{name}: the plain store, read on client {c}");
+        if locked {
+            for (c, got) in plain.iter().enumerate() {
+                assert_eq!(*got, whole, "{name}: the plain store, read on client {c}");
+            }
         }
         for (c, got) in cloakfs.iter().enumerate() {
-            assert_eq!(
-                *got, plain[c],
-                "{name}: cloakfs against the store, client {c}"
-            );
+            assert_eq!(*got, whole, "{name}: through cloakfs, read on client {c}");
         }
     }
 }
