@@ -1291,7 +1291,7 @@ fn appends_beside_the_store(
 /// store is its locks (an append runs under an exclusive lock on the backing file), so the
 /// store is held to the pattern under OFD locks; without locks the plain store is only
 /// reported: GlusterFS keeps most such appends, not all (2 of 300 lost and 2 lines torn
-/// once on a loaded machine, while cloakfs lost none).
+/// in one fresh-machine run, while cloakfs lost none).
 fn appends_on_the_store_and_through_cloakfs(st: &Store, n: usize) {
     let clients = st.clients();
     let results = appends_beside_the_store(st, n, |c, name| st.p(c, name));
