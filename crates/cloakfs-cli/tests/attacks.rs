@@ -6,7 +6,7 @@
 mod common;
 
 use common::daemon::{user, wait_for, Daemon, Shell, User};
-use common::{is_mounted, s, CHEAP_KDF};
+use common::{is_mounted, s, Detach, CHEAP_KDF};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -440,13 +440,7 @@ fn a_cipher_directory_in_the_tree_is_refused() {
         .status()
         .unwrap();
     assert!(st.success());
-    struct Unbind(PathBuf);
-    impl Drop for Unbind {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-        }
-    }
-    let _unbind = Unbind(bind.clone());
+    let _unbind = Detach(bind.clone());
     let out = attach(&mut ms, &bind.join("inner"), "evil2");
     assert!(out.contains("daemon's own tree"), "{out}");
     assert_eq!(d.ls_root(), vec!["proj"]);

@@ -296,13 +296,7 @@ fn a_read_only_cipher_directory_is_mounted_read_only_with_a_notice() {
     };
     bind(&["--bind", s(&f.cipher), s(&ro)]);
     bind(&["-o", "remount,bind,ro", s(&ro)]);
-    struct Unbind(std::path::PathBuf);
-    impl Drop for Unbind {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg(&self.0).status();
-        }
-    }
-    let _unbind = Unbind(ro.clone());
+    let _unbind = Detach(ro.clone());
 
     let out = f.run(&["mount", "--passfile", s(&f.pass), s(&ro), s(&f.mnt)]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -520,13 +514,7 @@ fn small_disk_volume(f: &Fixture, size: &str) -> (MountGuard, impl Drop) {
         .status()
         .unwrap();
     assert!(st.success());
-    struct Umount(std::path::PathBuf);
-    impl Drop for Umount {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-        }
-    }
-    let tmpfs = Umount(small.clone());
+    let tmpfs = Detach(small.clone());
     let cipher = small.join("cipher");
     let out = cloakfs(
         &[

@@ -156,6 +156,17 @@ impl Drop for MountGuard {
     }
 }
 
+/// A mount a test made beneath a cloakfs volume (a bind or tmpfs store), detached on drop
+/// (`umount -l`): after `cloakfs unmount` returns, the daemon may still hold the store while
+/// its last syncfs runs, and a plain umount then fails as busy and leaves the mount behind.
+pub struct Detach(pub PathBuf);
+
+impl Drop for Detach {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
 /// Whether the long variants run (`CLOAKFS_SLOW_TESTS=1`, as in scripts/test.sh).
 pub fn slow() -> bool {
     std::env::var_os("CLOAKFS_SLOW_TESTS").is_some_and(|v| v == "1")
